@@ -1,0 +1,11 @@
+"""Placeholder: replaced by the module's owner."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("build")
+def build_command() -> None:
+    """Not written yet."""
+    raise click.ClickException("not implemented yet")
