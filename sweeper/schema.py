@@ -71,7 +71,9 @@ def fact_value(fact: Fact | None) -> FactValue:
 class Source(_Model):
     """Who produced the trace set."""
 
-    tool: str = Field(description='"sweeper record", or the imported tool: "aiperf", "vllm-bench"...')
+    tool: str = Field(
+        description='"sweeper record", or the imported tool: "aiperf", "vllm-bench"...'
+    )
     version: str | None = None
     fidelity: Literal["per_chunk", "per_request"] = Field(
         default="per_chunk",
@@ -130,7 +132,8 @@ class ServerConfig(_Model):
     activation_peak_bytes: Fact | None = None
     cuda_graph_memory_bytes: Fact | None = None
     memory_budget_bytes: Fact | None = Field(
-        default=None, description="total memory x gpu_memory_utilization, as the server computed it."
+        default=None,
+        description="total memory x gpu_memory_utilization, as the server computed it.",
     )
     total_memory_bytes: Fact | None = None
     suggested_kv_cache_memory_bytes: Fact | None = Field(
@@ -168,7 +171,9 @@ class ModelFacts(_Model):
 
 
 class Workload(_Model):
-    input_len: int | None = Field(default=None, description="Prompt tokens asked for (None: varied).")
+    input_len: int | None = Field(
+        default=None, description="Prompt tokens asked for (None: varied)."
+    )
     output_len: int | None = Field(default=None, description="Output tokens asked for.")
     concurrency_levels: list[int] = Field(default_factory=list)
     requests_per_level: dict[str, int] = Field(
@@ -179,7 +184,9 @@ class Workload(_Model):
     exact_input: bool | None = Field(
         default=None, description="Prompts were built to exactly input_len tokens by a tokenizer."
     )
-    prompt_source: str | None = Field(default=None, description='"server /tokenize", "tokenizer X"...')
+    prompt_source: str | None = Field(
+        default=None, description='"server /tokenize", "tokenizer X"...'
+    )
     seed: int | None = None
     request_params: dict[str, Any] = Field(
         default_factory=dict, description="Extra sampling parameters sent with each request."

@@ -10,11 +10,11 @@ the file and the line.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +68,9 @@ class TraceSetWriter:
     Ctrl-C or ``kill -9`` leaves every finished request readable.
     """
 
-    def __init__(self, folder: Path | str, *, fsync: bool = False, requests_name: str = REQUESTS_FILE):
+    def __init__(
+        self, folder: Path | str, *, fsync: bool = False, requests_name: str = REQUESTS_FILE
+    ):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
@@ -259,14 +261,12 @@ def iter_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[M]:
 
 
 def _read_truncated_gzip(path: Path) -> bytes:
-    out = io.BytesIO()
-    with gzip.open(path, "rb") as fh:
-        try:
-            while chunk := fh.read(1 << 16):
-                out.write(chunk)
-        except (EOFError, OSError):
-            pass
-    return out.getvalue()
+    """Everything that decompresses from a gzip file whose end is missing."""
+    inflater = zlib.decompressobj(wbits=31)  # 31: expect a gzip header
+    try:
+        return inflater.decompress(path.read_bytes())
+    except zlib.error:
+        return b""
 
 
 def _is_truncated_json(raw: bytes) -> bool:
@@ -307,7 +307,9 @@ def load_trace_set(folder: Path | str) -> TraceSet:
     if (folder / METRICS_FILE).exists():
         metrics = list(iter_jsonl(folder / METRICS_FILE, MetricSample, problems))
     log_path = folder / SERVER_LOG_FILE
-    server_log = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else None
+    server_log = (
+        log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else None
+    )
     requests.sort(key=lambda r: (r.send_ns, r.request_id))
     return TraceSet(folder, manifest, requests, metrics, server_log, problems)
 
@@ -319,7 +321,9 @@ def discover_trace_sets(root: Path | str = DEFAULT_TRACES_DIR) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(
-        p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).exists()
+        p
+        for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).exists()
     )
 
 

@@ -32,6 +32,8 @@ def parse_labels(values: tuple[str, ...]) -> dict[str, str]:
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not key=value (e.g. --label flags=default)", param_hint="--label")
+            raise click.BadParameter(
+                f"{item!r} is not key=value (e.g. --label flags=default)", param_hint="--label"
+            )
         labels[key.strip()] = value
     return labels

@@ -72,9 +72,17 @@ def synthetic_requests(
                 end = 5_000_000
                 traces.append(
                     RequestTrace(
-                        concurrency=c, request_id=rid, phase="measured", send_ns=send, end_ns=end,
+                        concurrency=c,
+                        request_id=rid,
+                        phase="measured",
+                        send_ns=send,
+                        end_ns=end,
                         status="error",
-                        error={"kind": "http", "http_status": 500, "message": "Internal Server Error"},
+                        error={
+                            "kind": "http",
+                            "http_status": 500,
+                            "message": "Internal Server Error",
+                        },
                     )
                 )
                 stream_free[s] = send + end
@@ -134,7 +142,9 @@ def synthetic_manifest(
             output_len=output_len,
             concurrency_levels=[lv.concurrency for lv in levels],
             requests_per_level={
-                str(lv.concurrency): lv.requests if lv.requests is not None else max(4 * lv.concurrency, 8)
+                str(lv.concurrency): lv.requests
+                if lv.requests is not None
+                else max(4 * lv.concurrency, 8)
                 for lv in levels
             },
             warmup_per_level=warmup,
@@ -161,7 +171,15 @@ def write_synthetic_run(
 ) -> Path:
     """Write a synthetic trace set to ``root/run_id`` with the real writer; returns its folder."""
     manifest = synthetic_manifest(
-        run_id, levels, input_len=input_len, output_len=output_len, warmup=warmup, config=config, labels=labels
+        run_id,
+        levels,
+        input_len=input_len,
+        output_len=output_len,
+        warmup=warmup,
+        config=config,
+        labels=labels,
     )
-    requests = synthetic_requests(levels, input_len=input_len, output_len=output_len, warmup=warmup, seed=seed)
+    requests = synthetic_requests(
+        levels, input_len=input_len, output_len=output_len, warmup=warmup, seed=seed
+    )
     return write_trace_set(Path(root) / run_id, manifest, requests, compress=compress)
