@@ -75,13 +75,25 @@ class Source(_Model):
         description='"sweeper record", or the imported tool: "aiperf", "vllm-bench"...'
     )
     version: str | None = None
-    fidelity: Literal["per_chunk", "per_request"] = Field(
+    fidelity: Literal["per_chunk", "per_request", "summary"] = Field(
         default="per_chunk",
         description="per_chunk: every content chunk's arrival is known (ITL can be computed); "
-        "per_request: only TTFT / end-to-end times per request.",
+        "per_request: only TTFT / end-to-end times per request; summary: no per-request data, "
+        "only the tool's own per-level numbers (in ``summaries``).",
     )
     command: list[str] | None = Field(default=None, description="argv of the command that ran.")
     files: list[str] = Field(default_factory=list, description="Imported files, as given.")
+    send_times: Literal["measured", "reconstructed"] = Field(
+        default="measured",
+        description="reconstructed: the tool did not record when each request was sent, so the "
+        "importer laid the requests out as a closed loop of C streams; per-level duration and "
+        "throughput then come from the tool's own summary.",
+    )
+    summaries: dict[str, dict[str, float | int | str | None]] = Field(
+        default_factory=dict,
+        description="Per-level numbers the imported tool computed itself, keyed by str(C), under "
+        "sweeper's level-frame names where one exists (duration_s, ttft_ms_mean...).",
+    )
 
 
 class Target(_Model):
@@ -168,6 +180,9 @@ class ModelFacts(_Model):
     head_dim: Fact | None = None
     hidden_size: Fact | None = None
     dtype: Fact | None = None
+    active_parameters: Fact | None = Field(
+        default=None, description="Mixture-of-experts: parameters read per token (for the roofline)."
+    )
 
 
 class Workload(_Model):
