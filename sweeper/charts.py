@@ -1,0 +1,527 @@
+"""One pure function per figure: a pandas frame + already-translated labels -> an altair Chart.
+
+No I/O and no translation happen here: :mod:`sweeper.pages` aggregates the numbers (the frames of
+:mod:`sweeper.metrics`), translates the words and passes them in. Each function returns a chart
+whose ``to_dict()`` is a complete Vega-Lite v6 spec (``$schema`` included, data inline), so it can
+be embedded in a page, validated against the schema, or rendered offline by vl-convert.
+
+Label keys each function reads are listed in :data:`LABEL_KEYS`; a missing key falls back to the
+English word, so a caller can pass only what it translated.
+
+Charts: :func:`chart_throughput_latency`, :func:`chart_scaling`, :func:`chart_marginal_gain`,
+:func:`chart_itl_split`, :func:`chart_e2el_breakdown`, :func:`chart_kv_occupancy`,
+:func:`chart_request_timeline`; for comparisons of runs :func:`chart_compare_latency` and
+:func:`chart_compare_per_gpu`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+CHART_WIDTH_PX = 560
+CHART_HEIGHT_PX = 300
+# A request timeline shows at most this many requests (the first ones sent at that level), so a
+# page stays light; the caption says how many are shown.
+TIMELINE_MAX_REQUESTS = 64
+# Service levels drawn as bands on the trade-off chart (p99 TTFT, ms): DESIGN.md "SLO table".
+DEFAULT_TTFT_SLOS_MS = (500.0, 1000.0, 2000.0)
+# Colours of the series (a colour-blind-safe palette: Okabe-Ito).
+_BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _GREY = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#999999",
+)
+
+LABEL_KEYS: dict[str, dict[str, str]] = {
+    "throughput_latency": {
+        "x": "Output throughput (tok/s)",
+        "y": "TTFT (ms, log scale)",
+        "p50": "p50 TTFT",
+        "p99": "p99 TTFT",
+        "series": "Percentile",
+        "slo": "SLO",
+        "concurrency": "Concurrency",
+    },
+    "scaling": {
+        "x": "Concurrency (log scale)",
+        "y": "Output throughput (tok/s, log scale)",
+        "measured": "Measured",
+        "ideal": "Ideal linear",
+        "series": "Series",
+        "efficiency": "Efficiency",
+    },
+    "marginal_gain": {
+        "x": "Concurrency step",
+        "y": "Added tok/s per added slot",
+        "reference": "Single stream",
+    },
+    "itl_split": {
+        "x": "Concurrency",
+        "y": "ITL (ms, log scale)",
+        "series": "Statistic",
+        "p50": "p50",
+        "p90": "p90",
+        "p99": "p99",
+        "mean": "mean",
+        "band": "p50-p99",
+    },
+    "e2el_breakdown": {
+        "x": "Concurrency",
+        "y": "E2EL at p50 (ms)",
+        "ttft": "TTFT (first token)",
+        "decode": "Decode",
+        "part": "Part",
+    },
+    "kv_occupancy": {
+        "x": "Concurrency",
+        "y": "KV pool occupancy",
+        "needed": "Needed (C x tokens per request)",
+        "observed": "Observed peak",
+        "ceiling": "Pool capacity",
+        "series": "Series",
+    },
+    "request_timeline": {
+        "x": "Seconds since the level started",
+        "y": "Request (in send order)",
+        "wait": "Waiting for the first token",
+        "decode": "Decode",
+        "first_token": "First token",
+        "part": "Part",
+    },
+    "compare_latency": {
+        "x": "Output throughput (tok/s)",
+        "y": "p99 TTFT (ms, log scale)",
+        "run": "Run",
+        "concurrency": "Concurrency",
+    },
+    "compare_per_gpu": {
+        "x": "Tokens/s per user (p50 generation speed)",
+        "y": "Output throughput per GPU (tok/s)",
+        "run": "Run",
+        "concurrency": "Concurrency",
+    },
+}
+
+
+def _labels(chart: str, given: Mapping[str, str] | None) -> dict[str, str]:
+    out = dict(LABEL_KEYS[chart])
+    if given:
+        out.update({k: v for k, v in given.items() if k in out})
+    return out
+
+
+def _base(data: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(data).properties(width=CHART_WIDTH_PX, height=CHART_HEIGHT_PX)
+
+
+def _finish(chart: Any) -> Any:
+    return chart.configure_axis(labelFontSize=11, titleFontSize=12).configure_legend(
+        orient="bottom", labelFontSize=11, titleFontSize=11
+    )
+
+
+def _need(frame: pd.DataFrame, columns: Sequence[str], chart: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{chart}: the frame has no column {', '.join(map(repr, missing))}; pass "
+            "sweeper.metrics.level_frame(ts) (or a frame with the same columns)"
+        )
+
+
+def _positive(values: pd.Series) -> pd.Series:
+    """Log scales cannot show zero or negative values: those become missing (not drawn)."""
+    return values.where(values > 0)
+
+
+def _concurrency_scale() -> alt.Scale:
+    return alt.Scale(type="log", base=2, nice=False)
+
+
+def chart_throughput_latency(
+    levels: pd.DataFrame,
+    labels: Mapping[str, str] | None = None,
+    *,
+    slos_ms: Sequence[float] = DEFAULT_TTFT_SLOS_MS,
+) -> alt.LayerChart:
+    """Output throughput (x) against p50 and p99 TTFT (y, log), a point per level labelled C=n,
+    with the service levels as horizontal bands."""
+    lab = _labels("throughput_latency", labels)
+    _need(levels, ["concurrency", "output_throughput_tok_s", "ttft_ms_p50", "ttft_ms_p99"], "throughput_latency")
+    long = levels.melt(
+        id_vars=["concurrency", "output_throughput_tok_s"],
+        value_vars=["ttft_ms_p50", "ttft_ms_p99"],
+        var_name="stat",
+        value_name="ttft_ms",
+    )
+    long["series"] = long["stat"].map({"ttft_ms_p50": lab["p50"], "ttft_ms_p99": lab["p99"]})
+    long["ttft_ms"] = _positive(long["ttft_ms"])
+    long["point_label"] = "C=" + long["concurrency"].astype(str)
+    long = long.dropna(subset=["ttft_ms", "output_throughput_tok_s"])
+    colour = alt.Color(
+        "series:N",
+        title=lab["series"],
+        scale=alt.Scale(domain=[lab["p50"], lab["p99"]], range=[_BLUE, _VERMILION]),
+    )
+    x = alt.X("output_throughput_tok_s:Q", title=lab["x"], scale=alt.Scale(zero=True))
+    y = alt.Y("ttft_ms:Q", title=lab["y"], scale=alt.Scale(type="log"))
+    base = _base(long)
+    tooltip = [
+        alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+        alt.Tooltip("series:N", title=lab["series"]),
+        alt.Tooltip("output_throughput_tok_s:Q", title=lab["x"], format=",.1f"),
+        alt.Tooltip("ttft_ms:Q", title=lab["y"], format=",.1f"),
+    ]
+    lines = base.mark_line(point=alt.OverlayMarkDef(size=50, filled=True)).encode(
+        x=x, y=y, color=colour, order="concurrency:Q", tooltip=tooltip
+    )
+    text = base.mark_text(dx=6, dy=-8, align="left", fontSize=10, color="#555").encode(
+        x=x, y=y, text="point_label:N"
+    )
+    layers: list[Any] = []
+    bands = [s for s in slos_ms if s > 0]
+    if bands:
+        slo = pd.DataFrame({"slo_ms": bands})
+        slo["slo_label"] = [f"{lab['slo']} {v / 1000:g} s" if v >= 1000 else f"{lab['slo']} {v:g} ms" for v in bands]
+        rules = alt.Chart(slo).mark_rule(color=_GREY, strokeWidth=6, opacity=0.25).encode(y="slo_ms:Q")
+        rule_text = (
+            alt.Chart(slo)
+            .mark_text(align="right", baseline="bottom", dx=-2, dy=-4, color="#777", fontSize=10)
+            .encode(y="slo_ms:Q", x=alt.value(CHART_WIDTH_PX), text="slo_label:N")
+        )
+        layers += [rules, rule_text]
+    return _finish(alt.layer(*layers, lines, text))
+
+
+def chart_scaling(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.LayerChart:
+    """Measured throughput against ideal linear scaling (C x single-stream), log-log; each measured
+    point labelled with its scaling efficiency."""
+    lab = _labels("scaling", labels)
+    _need(levels, ["concurrency", "output_throughput_tok_s"], "scaling")
+    frame = levels[["concurrency", "output_throughput_tok_s"]].dropna().sort_values("concurrency")
+    frame = frame[frame["output_throughput_tok_s"] > 0]
+    if frame.empty:
+        raise ValueError("scaling: no level has a positive output throughput to draw")
+    first = frame.iloc[0]
+    per_stream = float(first["output_throughput_tok_s"]) / float(first["concurrency"])
+    frame = frame.assign(
+        ideal_tok_s=frame["concurrency"] * per_stream,
+    )
+    frame["efficiency"] = frame["output_throughput_tok_s"] / frame["ideal_tok_s"]
+    long = frame.melt(
+        id_vars=["concurrency", "efficiency"],
+        value_vars=["output_throughput_tok_s", "ideal_tok_s"],
+        var_name="kind",
+        value_name="tok_s",
+    )
+    long["series"] = long["kind"].map({"output_throughput_tok_s": lab["measured"], "ideal_tok_s": lab["ideal"]})
+    colour = alt.Color(
+        "series:N",
+        title=lab["series"],
+        scale=alt.Scale(domain=[lab["measured"], lab["ideal"]], range=[_BLUE, _GREY]),
+    )
+    dash = alt.StrokeDash(
+        "series:N",
+        title=lab["series"],
+        scale=alt.Scale(domain=[lab["measured"], lab["ideal"]], range=[[1, 0], [5, 4]]),
+    )
+    x = alt.X("concurrency:Q", title=lab["x"], scale=_concurrency_scale(), axis=alt.Axis(values=frame["concurrency"].tolist()))
+    y = alt.Y("tok_s:Q", title=lab["y"], scale=alt.Scale(type="log"))
+    lines = _base(long).mark_line(point=True).encode(
+        x=x,
+        y=y,
+        color=colour,
+        strokeDash=dash,
+        tooltip=[
+            alt.Tooltip("concurrency:Q"),
+            alt.Tooltip("series:N", title=lab["series"]),
+            alt.Tooltip("tok_s:Q", format=",.1f"),
+            alt.Tooltip("efficiency:Q", title=lab["efficiency"], format=".1%"),
+        ],
+    )
+    measured = long[long["kind"] == "output_throughput_tok_s"]
+    text = (
+        alt.Chart(measured)
+        .mark_text(dy=14, fontSize=10, color=_BLUE)
+        .encode(x=x, y=y, text=alt.Text("efficiency:Q", format=".0%"))
+    )
+    return _finish(alt.layer(lines, text))
+
+
+def chart_marginal_gain(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.LayerChart:
+    """Added throughput per added concurrency slot between consecutive levels (bars; the first bar
+    goes from nothing to the first level), with the single-stream rate as a dashed reference."""
+    lab = _labels("marginal_gain", labels)
+    _need(levels, ["concurrency", "output_throughput_tok_s"], "marginal_gain")
+    frame = levels[["concurrency", "output_throughput_tok_s"]].dropna().sort_values("concurrency")
+    if frame.empty:
+        raise ValueError("marginal_gain: no level has a throughput to draw")
+    conc = frame["concurrency"].to_numpy(dtype=float)
+    tput = frame["output_throughput_tok_s"].to_numpy(dtype=float)
+    prev_c = np.concatenate([[0.0], conc[:-1]])
+    prev_t = np.concatenate([[0.0], tput[:-1]])
+    bars = pd.DataFrame(
+        {
+            "step": [f"{int(a)}→{int(b)}" for a, b in zip(prev_c, conc, strict=True)],
+            "order": np.arange(len(conc)),
+            "gain_tok_s_per_slot": (tput - prev_t) / (conc - prev_c),
+        }
+    )
+    reference = float(tput[0] / conc[0])
+    bar = _base(bars).mark_bar(color=_BLUE).encode(
+        x=alt.X("step:N", title=lab["x"], sort=alt.EncodingSortField("order"), axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("gain_tok_s_per_slot:Q", title=lab["y"]),
+        tooltip=[alt.Tooltip("step:N", title=lab["x"]), alt.Tooltip("gain_tok_s_per_slot:Q", title=lab["y"], format=",.1f")],
+    )
+    ref = pd.DataFrame({"reference_tok_s": [reference], "label": [f"{lab['reference']} {reference:,.1f} tok/s"]})
+    rule = alt.Chart(ref).mark_rule(color=_VERMILION, strokeDash=[5, 4]).encode(y="reference_tok_s:Q")
+    rule_text = (
+        alt.Chart(ref)
+        .mark_text(align="right", baseline="bottom", dy=-3, color=_VERMILION, fontSize=10)
+        .encode(y="reference_tok_s:Q", x=alt.value(CHART_WIDTH_PX), text="label:N")
+    )
+    return _finish(alt.layer(bar, rule, rule_text))
+
+
+def chart_itl_split(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.LayerChart:
+    """ITL p50 / p90 / p99 / mean per level on a log axis, the p50-p99 span shaded."""
+    lab = _labels("itl_split", labels)
+    stats = ["itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean"]
+    _need(levels, ["concurrency", *stats], "itl_split")
+    frame = levels[["concurrency", *stats]].sort_values("concurrency").copy()
+    for column in stats:
+        frame[column] = _positive(frame[column])
+    frame = frame.dropna(subset=["itl_ms_p50"])
+    names = {"itl_ms_p50": lab["p50"], "itl_ms_p90": lab["p90"], "itl_ms_p99": lab["p99"], "itl_ms_mean": lab["mean"]}
+    long = frame.melt(id_vars=["concurrency"], value_vars=stats, var_name="stat", value_name="itl_ms").dropna()
+    long["series"] = long["stat"].map(names)
+    domain = [names[s] for s in stats]
+    x = alt.X("concurrency:Q", title=lab["x"], scale=_concurrency_scale(), axis=alt.Axis(values=frame["concurrency"].tolist()))
+    band = (
+        _base(frame)
+        .mark_area(opacity=0.15, color=_VERMILION)
+        .encode(
+            x=x,
+            y=alt.Y("itl_ms_p50:Q", title=lab["y"], scale=alt.Scale(type="log")),
+            y2="itl_ms_p99:Q",
+            tooltip=[alt.Tooltip("concurrency:Q"), alt.Tooltip("itl_ms_p50:Q", format=",.1f"), alt.Tooltip("itl_ms_p99:Q", format=",.1f")],
+        )
+    )
+    lines = (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("itl_ms:Q", title=lab["y"], scale=alt.Scale(type="log")),
+            color=alt.Color(
+                "series:N",
+                title=lab["series"],
+                scale=alt.Scale(domain=domain, range=[_BLUE, _ORANGE, _VERMILION, _GREEN]),
+            ),
+            strokeDash=alt.StrokeDash(
+                "series:N", title=lab["series"], scale=alt.Scale(domain=domain, range=[[1, 0], [1, 0], [1, 0], [4, 3]])
+            ),
+            tooltip=[alt.Tooltip("concurrency:Q"), alt.Tooltip("series:N", title=lab["series"]), alt.Tooltip("itl_ms:Q", format=",.2f")],
+        )
+    )
+    return _finish(alt.layer(band, lines))
+
+
+def chart_e2el_breakdown(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+    """p50 end-to-end latency per level, stacked as TTFT (waiting for the first token) + decode."""
+    lab = _labels("e2el_breakdown", labels)
+    _need(levels, ["concurrency", "ttft_ms_p50", "e2el_ms_p50"], "e2el_breakdown")
+    frame = levels[["concurrency", "ttft_ms_p50", "e2el_ms_p50"]].dropna().sort_values("concurrency")
+    frame = frame.assign(decode_ms=(frame["e2el_ms_p50"] - frame["ttft_ms_p50"]).clip(lower=0))
+    long = frame.melt(id_vars=["concurrency"], value_vars=["ttft_ms_p50", "decode_ms"], var_name="kind", value_name="ms")
+    long["part"] = long["kind"].map({"ttft_ms_p50": lab["ttft"], "decode_ms": lab["decode"]})
+    long["stack_order"] = long["kind"].map({"ttft_ms_p50": 0, "decode_ms": 1})
+    chart = _base(long).mark_bar().encode(
+        x=alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("ms:Q", title=lab["y"], stack="zero"),
+        color=alt.Color(
+            "part:N", title=lab["part"], scale=alt.Scale(domain=[lab["ttft"], lab["decode"]], range=[_ORANGE, _BLUE])
+        ),
+        order=alt.Order("stack_order:Q"),
+        tooltip=[alt.Tooltip("concurrency:O"), alt.Tooltip("part:N", title=lab["part"]), alt.Tooltip("ms:Q", format=",.1f")],
+    )
+    return _finish(chart)
+
+
+def chart_kv_occupancy(
+    levels: pd.DataFrame,
+    labels: Mapping[str, str] | None = None,
+    *,
+    capacity_tokens: float,
+    tokens_per_request: float,
+    observed: pd.DataFrame | None = None,
+) -> alt.LayerChart:
+    """The KV pool each level needs (C x tokens per request, as a share of the pool's capacity)
+    as bars, the pool's capacity as a 100 % rule, and the observed peak usage per level as points
+    when the server's metrics were scraped (``observed``: columns concurrency, kv_usage_max as a
+    fraction)."""
+    lab = _labels("kv_occupancy", labels)
+    if not capacity_tokens or capacity_tokens <= 0:
+        raise ValueError(f"kv_occupancy: capacity_tokens must be positive, got {capacity_tokens!r}")
+    _need(levels, ["concurrency"], "kv_occupancy")
+    frame = levels[["concurrency"]].sort_values("concurrency").copy()
+    frame["needed_tokens"] = frame["concurrency"] * tokens_per_request
+    frame["occupancy"] = frame["needed_tokens"] / capacity_tokens
+    x = alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0))
+    y = alt.Y("occupancy:Q", title=lab["y"], axis=alt.Axis(format="%"))
+    bars = _base(frame).mark_bar(color=_BLUE, opacity=0.8).encode(
+        x=x,
+        y=y,
+        tooltip=[
+            alt.Tooltip("concurrency:O"),
+            alt.Tooltip("needed_tokens:Q", title=lab["needed"], format=",.0f"),
+            alt.Tooltip("occupancy:Q", title=lab["y"], format=".1%"),
+        ],
+    )
+    ceiling = pd.DataFrame({"occupancy": [1.0], "label": [f"{lab['ceiling']} {capacity_tokens:,.0f} tok"]})
+    rule = alt.Chart(ceiling).mark_rule(color=_VERMILION, strokeDash=[5, 4], strokeWidth=2).encode(y="occupancy:Q")
+    rule_text = (
+        alt.Chart(ceiling)
+        .mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=_VERMILION, fontSize=10)
+        .encode(y="occupancy:Q", x=alt.value(0), text="label:N")
+    )
+    layers: list[Any] = [bars, rule, rule_text]
+    if observed is not None and not observed.empty and "kv_usage_max" in observed.columns:
+        obs = observed[["concurrency", "kv_usage_max"]].dropna().rename(columns={"kv_usage_max": "occupancy"})
+        obs = obs[obs["concurrency"].isin(frame["concurrency"])]
+        if not obs.empty:
+            obs = obs.assign(series=lab["observed"])
+            layers.append(
+                alt.Chart(obs)
+                .mark_point(shape="diamond", filled=True, size=90, color=_ORANGE)
+                .encode(
+                    x=x,
+                    y=y,
+                    tooltip=[alt.Tooltip("concurrency:O"), alt.Tooltip("occupancy:Q", title=lab["observed"], format=".1%")],
+                )
+            )
+    return _finish(alt.layer(*layers))
+
+
+def chart_request_timeline(
+    requests: pd.DataFrame,
+    concurrency: int,
+    labels: Mapping[str, str] | None = None,
+    *,
+    max_requests: int = TIMELINE_MAX_REQUESTS,
+) -> alt.LayerChart:
+    """Each request of one level as a bar from its send time: waiting for the first token, then
+    decoding; a tick marks the first token. ``requests`` is :func:`sweeper.metrics.request_frame`."""
+    lab = _labels("request_timeline", labels)
+    _need(requests, ["concurrency", "request_id", "send_s", "ttft_ms", "e2el_ms", "status"], "request_timeline")
+    level = requests[(requests["concurrency"] == concurrency) & (requests["status"] == "ok")]
+    level = level.dropna(subset=["ttft_ms", "e2el_ms"]).sort_values("send_s").head(max_requests)
+    if level.empty:
+        raise ValueError(f"request_timeline: no successful request at concurrency {concurrency}")
+    origin = float(level["send_s"].min())
+    start = level["send_s"] - origin
+    first = start + level["ttft_ms"] / 1000.0
+    end = start + level["e2el_ms"] / 1000.0
+    order = np.arange(1, len(level) + 1)
+    parts = pd.concat(
+        [
+            pd.DataFrame({"request": order, "request_id": level["request_id"].to_numpy(), "from_s": start.to_numpy(), "to_s": first.to_numpy(), "part": lab["wait"], "stack": 0}),
+            pd.DataFrame({"request": order, "request_id": level["request_id"].to_numpy(), "from_s": first.to_numpy(), "to_s": end.to_numpy(), "part": lab["decode"], "stack": 1}),
+        ],
+        ignore_index=True,
+    )
+    height = max(CHART_HEIGHT_PX, min(6 * len(level), 600))
+    y = alt.Y("request:O", title=lab["y"], axis=alt.Axis(labels=False, ticks=False))
+    bars = (
+        alt.Chart(parts)
+        .mark_bar(height={"band": 0.8})
+        .encode(
+            x=alt.X("from_s:Q", title=lab["x"]),
+            x2="to_s:Q",
+            y=y,
+            color=alt.Color(
+                "part:N", title=lab["part"], scale=alt.Scale(domain=[lab["wait"], lab["decode"]], range=[_ORANGE, _BLUE])
+            ),
+            tooltip=[
+                alt.Tooltip("request_id:N"),
+                alt.Tooltip("part:N", title=lab["part"]),
+                alt.Tooltip("from_s:Q", format=",.3f"),
+                alt.Tooltip("to_s:Q", format=",.3f"),
+            ],
+        )
+        .properties(width=CHART_WIDTH_PX, height=height)
+    )
+    ticks = (
+        alt.Chart(pd.DataFrame({"request": order, "first_token_s": first.to_numpy()}))
+        .mark_tick(color="#222", thickness=1.5)
+        .encode(x="first_token_s:Q", y=y, tooltip=[alt.Tooltip("first_token_s:Q", title=lab["first_token"], format=",.3f")])
+    )
+    return _finish(alt.layer(bars, ticks))
+
+
+def _compare_frame(levels_by_run: pd.DataFrame, columns: Sequence[str], chart: str) -> pd.DataFrame:
+    _need(levels_by_run, ["run", "concurrency", *columns], chart)
+    frame = levels_by_run[["run", "concurrency", *columns]].dropna().sort_values(["run", "concurrency"])
+    if frame.empty:
+        raise ValueError(f"{chart}: no run has the numbers to draw")
+    return frame
+
+
+def chart_compare_latency(levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+    """Several runs' throughput against p99 TTFT, one curve per run (``run`` column)."""
+    lab = _labels("compare_latency", labels)
+    frame = _compare_frame(levels_by_run, ["output_throughput_tok_s", "ttft_ms_p99"], "compare_latency")
+    frame = frame[frame["ttft_ms_p99"] > 0]
+    chart = _base(frame).mark_line(point=True).encode(
+        x=alt.X("output_throughput_tok_s:Q", title=lab["x"]),
+        y=alt.Y("ttft_ms_p99:Q", title=lab["y"], scale=alt.Scale(type="log")),
+        color=alt.Color("run:N", title=lab["run"]),
+        order="concurrency:Q",
+        tooltip=[
+            alt.Tooltip("run:N", title=lab["run"]),
+            alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+            alt.Tooltip("output_throughput_tok_s:Q", format=",.1f"),
+            alt.Tooltip("ttft_ms_p99:Q", format=",.1f"),
+        ],
+    )
+    return _finish(chart)
+
+
+def chart_compare_per_gpu(levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+    """Throughput per GPU (y) against what each user sees, tokens/s per request (x): the trade-off
+    curve of each run; up and to the right is better."""
+    lab = _labels("compare_per_gpu", labels)
+    frame = _compare_frame(levels_by_run, ["gen_tok_s_p50", "output_throughput_per_gpu_tok_s"], "compare_per_gpu")
+    chart = _base(frame).mark_line(point=True).encode(
+        x=alt.X("gen_tok_s_p50:Q", title=lab["x"]),
+        y=alt.Y("output_throughput_per_gpu_tok_s:Q", title=lab["y"]),
+        color=alt.Color("run:N", title=lab["run"]),
+        order="concurrency:Q",
+        tooltip=[
+            alt.Tooltip("run:N", title=lab["run"]),
+            alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+            alt.Tooltip("gen_tok_s_p50:Q", format=",.1f"),
+            alt.Tooltip("output_throughput_per_gpu_tok_s:Q", format=",.1f"),
+        ],
+    )
+    return _finish(chart)
+
+
+RUN_CHARTS = (
+    "throughput_latency",
+    "scaling",
+    "marginal_gain",
+    "itl_split",
+    "e2el_breakdown",
+    "kv_occupancy",
+    "request_timeline",
+)
+COMPARE_CHARTS = ("compare_latency", "compare_per_gpu")
