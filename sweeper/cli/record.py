@@ -1,11 +1,305 @@
-"""Placeholder: replaced by the module's owner."""
+"""``sweeper record``: options -> :class:`~sweeper.record.RecordConfig` -> ``record_sweep``."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import click
 
+from sweeper.cli._common import friendly_errors, parse_labels
+from sweeper.errors import ConfigError
+from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep, redact_argv
+from sweeper.record.progress import default_progress
+from sweeper.record.recorder import (
+    DEFAULT_INPUT_LEN,
+    DEFAULT_MAX_ERROR_RATE,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_TIMEOUT_S,
+)
+from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
+from sweeper.record.workload import DEFAULT_LEVELS
+from sweeper.store import DEFAULT_TRACES_DIR
 
-@click.command("record")
-def record_command() -> None:
-    """Not written yet."""
-    raise click.ClickException("not implemented yet")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _warmup(value: str) -> int | None:
+    if value.strip().lower() in ("auto", "stream", "per-stream"):
+        return None
+    if value.isdigit():
+        return int(value)
+    raise click.BadParameter(
+        f"{value!r} is neither a count (e.g. 0, 8) nor 'auto'", param_hint="--warmup"
+    )
+
+
+@click.command("record", context_settings={"show_default": True})
+@click.option(
+    "--base-url",
+    metavar="URL",
+    help="The server, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine). Required unless --resume.",
+)
+@click.option(
+    "--model", metavar="NAME", help="Model name to send.  [default: the first id from /v1/models]"
+)
+@click.option(
+    "--endpoint",
+    type=click.Choice(["completions", "chat"]),
+    default="completions",
+    help="/v1/completions or /v1/chat/completions.",
+)
+@click.option(
+    "--input-len",
+    type=click.IntRange(min=1),
+    default=DEFAULT_INPUT_LEN,
+    metavar="TOKENS",
+    help="Prompt length in tokens, exact via the server's /tokenize or --tokenizer (chat: template included).",
+)
+@click.option(
+    "--output-len",
+    type=click.IntRange(min=1),
+    default=DEFAULT_OUTPUT_LEN,
+    metavar="TOKENS",
+    help="Output tokens per request (max_tokens; with ignore_eos and min_tokens unless --no-ignore-eos).",
+)
+@click.option(
+    "--concurrency",
+    default=",".join(map(str, DEFAULT_LEVELS)),
+    metavar="LIST",
+    help="Concurrency levels, comma-separated, swept in this order; e.g. 1,4,16.",
+)
+@click.option(
+    "--requests-per-level",
+    default="4x",
+    metavar="N|Kx",
+    help="Measured requests per level: a count (e.g. 100) or K times the level (at least 8).",
+)
+@click.option(
+    "--warmup",
+    default="auto",
+    metavar="N|auto",
+    help="Warm-up requests per level, sent first and stored as phase 'warmup'; auto = one per stream (the level).",
+)
+@click.option(
+    "--metrics-url",
+    "metrics_urls",
+    multiple=True,
+    metavar="URL",
+    help="Prometheus endpoint to scrape for the whole run; repeatable (e.g. a GPU exporter too).  [default: <base-url>/metrics]",
+)
+@click.option("--no-metrics", is_flag=True, help="Scrape no metrics endpoint.")
+@click.option(
+    "--scrape-interval",
+    type=click.FloatRange(min=0.05),
+    default=DEFAULT_SCRAPE_INTERVAL_S,
+    metavar="SECONDS",
+    help="Seconds between scrapes of each --metrics-url.",
+)
+@click.option(
+    "--server-log",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="The server's log file: copied into the trace set at the end and parsed for KV cache size, memory, chunked-prefill budget.",
+)
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    help="GPU model, e.g. 'H100 SXM' or 'RTX 4090' (bandwidth and memory from the built-in table).",
+)
+@click.option("--gpu-count", type=click.IntRange(min=1), metavar="N", help="GPUs the server uses.")
+@click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Tensor-parallel size the server was started with.",
+)
+@click.option(
+    "--pp",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Pipeline-parallel size the server was started with.",
+)
+@click.option(
+    "--dp",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Data-parallel size the server was started with.",
+)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The server's --max-num-seqs (no endpoint exposes it).",
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(min=1),
+    metavar="TOKENS",
+    help="The server's chunked-prefill budget, --max-num-batched-tokens.",
+)
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="The model's config.json (parameters, KV bytes per token).",
+)
+@click.option(
+    "--tokenizer",
+    metavar="NAME|PATH",
+    help="Hugging Face tokenizer for exact prompt lengths when the server has no /tokenize (needs transformers).",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Free-form label stored in the manifest; repeatable, e.g. --label flags=default.",
+)
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    show_envvar=True,
+    metavar="KEY",
+    help="Bearer key for the server; never written to disk.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_TRACES_DIR,
+    metavar="DIR",
+    help="Folder that holds trace sets; the run goes to DIR/<run-id>/.",
+)
+@click.option(
+    "--run-id",
+    metavar="ID",
+    help="Name of the trace set (letters, digits, . _ + -).  [default: <model>-<UTC date-time>]",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Finish an incomplete run (--run-id, or the latest incomplete one in --out): only requests it lacks are sent.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    metavar="SECONDS",
+    help="Per-request limit, send to last byte; a request past it is recorded as a 'timeout' error.",
+)
+@click.option(
+    "--max-error-rate",
+    type=click.FloatRange(0.0, 1.0),
+    default=DEFAULT_MAX_ERROR_RATE,
+    metavar="FRACTION",
+    help="Stop the sweep (exit 1) when a level's failed share of measured requests passes this; 1 never stops.",
+)
+@click.option("--seed", type=int, default=0, help="Seed of the prompt text.")
+@click.option(
+    "--ignore-eos/--no-ignore-eos",
+    default=True,
+    help="Ask for exactly --output-len tokens (ignore_eos, min_tokens); dropped with a warning if the server rejects them.",
+)
+@click.option(
+    "--shared-prefix",
+    is_flag=True,
+    help="Give every request the same prompt (prefix-cache hits); by default each request has a unique prefix.",
+)
+@click.option("--quiet", is_flag=True, help="No progress display.")
+@friendly_errors
+def record_command(
+    base_url: str | None,
+    model: str | None,
+    endpoint: str,
+    input_len: int,
+    output_len: int,
+    concurrency: str,
+    requests_per_level: str,
+    warmup: str,
+    metrics_urls: tuple[str, ...],
+    no_metrics: bool,
+    scrape_interval: float,
+    server_log: Path | None,
+    gpu: str | None,
+    gpu_count: int | None,
+    tp: int | None,
+    pp: int | None,
+    dp: int | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    model_config: Path | None,
+    tokenizer: str | None,
+    labels: tuple[str, ...],
+    api_key: str | None,
+    out: Path,
+    run_id: str | None,
+    resume: bool,
+    timeout_s: float,
+    max_error_rate: float,
+    seed: int,
+    ignore_eos: bool,
+    shared_prefix: bool,
+    quiet: bool,
+) -> None:
+    """Sweep concurrency levels against an OpenAI-compatible server and record every token's
+    arrival time into a trace set (traces/<run-id>/).
+
+    Each level keeps C streams busy (a stream sends its next request when the last one ends).
+    Each request is appended to requests.jsonl as it ends; the server's /metrics is scraped all
+    along into server_metrics.jsonl; manifest.json says what ran, on what. Ctrl-C keeps what was
+    recorded and marks the run incomplete: finish it with --resume.
+
+    \b
+    Examples:
+      sweeper record --base-url http://127.0.0.1:8000 --input-len 1024 --output-len 256
+      sweeper record --base-url http://gpu-box:8000/v1 --endpoint chat --concurrency 1,8,32,64 \\
+          --gpu "H100 SXM" --tp 2 --server-log vllm.log --label flags=default
+      sweeper record --resume --run-id qwen2.5-7b-20260101-120000 --base-url http://127.0.0.1:8000
+    """
+    try:
+        config = RecordConfig(
+            base_url=base_url,
+            model=model,
+            endpoint="chat" if endpoint == "chat" else "completions",
+            input_len=input_len,
+            output_len=output_len,
+            concurrency=parse_levels(concurrency),
+            requests_per_level=RequestCount.parse(requests_per_level),
+            warmup=_warmup(warmup),
+            metrics_urls=[] if no_metrics else (list(metrics_urls) or None),
+            scrape_interval_s=scrape_interval,
+            server_log=server_log,
+            gpu=gpu,
+            gpu_count=gpu_count,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            model_config=model_config,
+            tokenizer=tokenizer,
+            labels=parse_labels(labels),
+            api_key=api_key or None,
+            out=out,
+            run_id=run_id,
+            resume=resume,
+            timeout_s=timeout_s,
+            max_error_rate=max_error_rate,
+            seed=seed,
+            ignore_eos=ignore_eos,
+            shared_prefix=shared_prefix,
+            command=redact_argv(["sweeper", *sys.argv[1:]]),
+        )
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        folder = record_sweep(config, progress=default_progress(quiet=quiet))
+    except KeyboardInterrupt:
+        click.echo(
+            "interrupted: what was recorded is kept and the run is marked incomplete; finish it "
+            f"with: sweeper record --resume --run-id {config.run_id} --out {config.out}",
+            err=True,
+        )
+        sys.exit(EXIT_INTERRUPTED)
+    click.echo(f"recorded {folder}")

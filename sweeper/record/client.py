@@ -1,0 +1,250 @@
+"""One streamed request to an OpenAI-compatible server, timed, as a :class:`RequestTrace`.
+
+The clock is injected (``Clock``: a function returning monotonic nanoseconds), so tests can
+drive it; the default is ``time.monotonic_ns`` (CLOCK_MONOTONIC on Linux, the clock every
+process on the host shares: a test server or a second recorder process reads the same one).
+
+Each network read is stamped once, when it returns; every event it completed gets that time.
+A failed request is data: its trace carries the error kind, HTTP status and message, and the
+chunks that arrived before the failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sweeper.record.sse import (
+    DONE_MARKER,
+    ChunkReader,
+    SSEParser,
+    StreamFormatError,
+    StreamServerError,
+)
+from sweeper.schema import ErrorKind, RequestError, RequestTrace
+
+Clock = Callable[[], int]
+"""Monotonic time in nanoseconds."""
+
+MAX_ERROR_MESSAGE_CHARS = 500
+REQUEST_ID_HEADER = "X-Request-Id"
+# Request fields that not every server accepts; dropped (with one warning) when a 4xx names them.
+OPTIONAL_FIELDS = ("ignore_eos", "min_tokens", "continuous_usage_stats", "stream_options")
+# A server that closed an idle keep-alive connection makes the next request on it fail before
+# any byte comes back (llama.cpp closes idle ones after 5 s); such a request is sent again once.
+RETRY_BEFORE_RESPONSE = 1
+
+
+def default_clock() -> int:
+    return time.monotonic_ns()
+
+
+@dataclass
+class RequestSpec:
+    """What to send: the id and level it belongs to and the JSON body."""
+
+    request_id: str
+    concurrency: int
+    phase: str
+    body: dict[str, Any]
+    worker: int | None = None
+    header_id: str | None = None  # sent as X-Request-Id (vLLM and others log it)
+
+
+@dataclass
+class RequestShaper:
+    """Shared by all requests of a run: the optional fields the server turned down.
+
+    When a 4xx answer names one of :data:`OPTIONAL_FIELDS` that the request carried, the field is
+    dropped for this and every later request and ``on_warning`` is called once per field.
+    """
+
+    dropped: set[str] = field(default_factory=set)
+    on_warning: Callable[[str], None] | None = None
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.dropped:
+            return body
+        out = copy.deepcopy(body)
+        for name in self.dropped:
+            out.pop(name, None)
+            opts = out.get("stream_options")
+            if isinstance(opts, dict):
+                opts.pop(name, None)
+        return out
+
+    def learn(self, status: int, text: str, body: dict[str, Any]) -> bool:
+        """True if the rejection named optional fields the body carried (retry without them)."""
+        if not (400 <= status < 500) or status == httpx.codes.TOO_MANY_REQUESTS:
+            return False
+        present = set(body) | set(body.get("stream_options") or {})
+        named = {f for f in OPTIONAL_FIELDS if f in present and f in text}
+        if not named:
+            return False
+        for name in sorted(named - self.dropped):
+            if self.on_warning is not None:
+                self.on_warning(
+                    f"the server rejected {name!r} (HTTP {status}); sending requests without it"
+                    + (
+                        ": output lengths may fall short of --output-len"
+                        if name in ("ignore_eos", "min_tokens")
+                        else ""
+                    )
+                )
+        self.dropped |= named
+        return True
+
+
+@dataclass
+class _Stream:
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    bytes_seen: bool = False
+    done: bool = False
+    end_ns: int | None = None
+    server_timing: dict[str, float] | None = None
+
+
+async def stream_request(
+    client: httpx.AsyncClient,
+    url: str,
+    spec: RequestSpec,
+    *,
+    endpoint: str,
+    origin_ns: int,
+    timeout_s: float,
+    shaper: RequestShaper | None = None,
+    clock: Clock = default_clock,
+) -> RequestTrace:
+    """Send one streamed request and time its chunks. Never raises for a failed request
+    (connection, HTTP, stream or timeout errors are returned as data); re-raises cancellation."""
+    shaper = shaper or RequestShaper()
+    retries_left = RETRY_BEFORE_RESPONSE
+    rejected_rounds = 0
+    while True:
+        body = shaper.apply(spec.body)
+        send_ns = clock()
+        state = _Stream()
+        reader = ChunkReader(endpoint=endpoint)
+        error: RequestError | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                status, text = await _exchange(
+                    client, url, body, spec.header_id, state, reader, clock, send_ns
+                )
+            if status is not None:
+                if rejected_rounds < len(OPTIONAL_FIELDS) and shaper.learn(status, text, body):
+                    rejected_rounds += 1
+                    continue
+                error = RequestError(kind="http", http_status=status, message=_clip(text))
+            elif not state.done and reader.finish_reason is None:
+                error = RequestError(
+                    kind="stream_cut",
+                    message="the stream closed before a finish_reason or [DONE]",
+                )
+        except TimeoutError:
+            error = RequestError(
+                kind="timeout", message=f"no complete answer within {timeout_s:g} s (--timeout)"
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            error = RequestError(kind="connect", message=_clip(_describe(exc)))
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if not state.bytes_seen and retries_left > 0:
+                retries_left -= 1
+                continue
+            kind: ErrorKind = "stream_cut" if state.bytes_seen else "reset"
+            error = RequestError(kind=kind, message=_clip(_describe(exc)))
+        except httpx.TimeoutException as exc:
+            error = RequestError(kind="timeout", message=_clip(_describe(exc)))
+        except StreamFormatError as exc:
+            error = RequestError(kind="malformed", message=_clip(str(exc)))
+        except StreamServerError as exc:
+            error = RequestError(kind="server_error", message=_clip(str(exc)))
+        except httpx.HTTPError as exc:
+            error = RequestError(kind="other", message=_clip(_describe(exc)))
+        end_ns = state.end_ns if state.end_ns is not None else clock() - send_ns
+        usage = reader.usage or {}
+        return RequestTrace(
+            concurrency=spec.concurrency,
+            request_id=spec.request_id,
+            phase="warmup" if spec.phase == "warmup" else "measured",
+            send_ns=send_ns - origin_ns,
+            end_ns=end_ns,
+            chunk_ns=state.chunk_ns,
+            chunk_tokens=state.chunk_tokens,
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+            finish_reason=reader.finish_reason,
+            status="ok" if error is None else "error",
+            error=error,
+            server_timing=state.server_timing,
+            worker=spec.worker,
+        )
+
+
+async def _exchange(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    header_id: str | None,
+    state: _Stream,
+    reader: ChunkReader,
+    clock: Clock,
+    send_ns: int,
+) -> tuple[int | None, str]:
+    """Run the HTTP exchange; fill ``state``. Returns (status, body text) for an HTTP error."""
+    headers = {REQUEST_ID_HEADER: header_id} if header_id else None
+    async with client.stream("POST", url, json=body, headers=headers) as response:
+        if response.status_code >= httpx.codes.BAD_REQUEST:
+            raw = await response.aread()
+            state.end_ns = clock() - send_ns
+            return response.status_code, raw.decode("utf-8", errors="replace")
+        parser = SSEParser()
+        async for raw in response.aiter_bytes():
+            now = clock() - send_ns
+            state.bytes_seen = True
+            state.end_ns = now
+            if _handle(parser.feed(raw), state, reader, now):
+                # Stop at [DONE]: some servers keep the connection open after it.
+                return None, ""
+        _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
+    return None, ""
+
+
+def _handle(events: list[Any], state: _Stream, reader: ChunkReader, now: int) -> bool:
+    for event in events:
+        data = event.data.strip()
+        if data == DONE_MARKER:
+            state.done = True
+            return True
+        if event.event == "error":
+            raise StreamServerError(data[:MAX_ERROR_MESSAGE_CHARS])
+        info = reader.read(data)
+        if info.tokens > 0:
+            state.chunk_ns.append(now)
+            state.chunk_tokens.append(info.tokens)
+        if info.server_timing:
+            state.server_timing = info.server_timing
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if str(exc) else text
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    if len(text) > MAX_ERROR_MESSAGE_CHARS:
+        return text[:MAX_ERROR_MESSAGE_CHARS] + "..."
+    return text
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

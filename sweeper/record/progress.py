@@ -1,0 +1,195 @@
+"""What the user sees while a sweep runs: level, requests done / total, running p50 TTFT and
+ITL, errors. :class:`LevelStats` keeps the running figures (cheaply: ITL from a bounded window);
+:class:`RichProgress` draws them live in a terminal, :class:`LineProgress` prints one line per
+level (logs, CI), :class:`NullProgress` is silent (library use)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from sweeper.schema import RequestTrace
+
+ITL_WINDOW = 4096  # recent gaps kept for the running ITL median
+NS_PER_MS = 1_000_000
+LIVE_REFRESH_PER_S = 2  # low: the drawing thread shares the GIL with the timing loop
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass
+class LevelStats:
+    concurrency: int
+    total: int
+    done: int = 0
+    errors: int = 0
+    measured_done: int = 0
+    measured_errors: int = 0
+    ttft_ms: list[float] = field(default_factory=list)
+    itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ITL_WINDOW))
+    prompt_tokens: list[int] = field(default_factory=list)
+    completion_tokens: list[int] = field(default_factory=list)
+    started_s: float = field(default_factory=time.monotonic)
+    last_error: str | None = None
+
+    def add(self, trace: RequestTrace) -> None:
+        self.done += 1
+        failed = trace.status != "ok"
+        if failed:
+            self.errors += 1
+            if trace.error is not None:
+                status = f" {trace.error.http_status}" if trace.error.http_status else ""
+                self.last_error = f"{trace.error.kind}{status}: {trace.error.message[:80]}"
+        if trace.phase != "measured":
+            return
+        self.measured_done += 1
+        if failed:
+            self.measured_errors += 1
+            return
+        if trace.chunk_ns:
+            self.ttft_ms.append(trace.chunk_ns[0] / NS_PER_MS)
+            self.itl_ms.extend(
+                (b - a) / NS_PER_MS
+                for a, b in zip(trace.chunk_ns, trace.chunk_ns[1:], strict=False)
+            )
+        if trace.prompt_tokens is not None:
+            self.prompt_tokens.append(trace.prompt_tokens)
+        if trace.completion_tokens is not None:
+            self.completion_tokens.append(trace.completion_tokens)
+
+    @property
+    def error_rate(self) -> float:
+        return self.measured_errors / self.measured_done if self.measured_done else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"level {self.concurrency}: {self.done}/{self.total} requests, "
+            f"TTFT p50 {_ms(percentile(self.ttft_ms, 50))}, "
+            f"ITL p50 {_ms(percentile(list(self.itl_ms), 50))}, errors {self.errors}"
+        )
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1f} ms"
+
+
+class Progress(Protocol):
+    def start(self, run_id: str, levels: list[int]) -> None: ...
+    def level_started(self, stats: LevelStats) -> None: ...
+    def request_done(self, stats: LevelStats) -> None: ...
+    def level_finished(self, stats: LevelStats) -> None: ...
+    def warning(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class NullProgress:
+    def start(self, run_id: str, levels: list[int]) -> None:
+        pass
+
+    def level_started(self, stats: LevelStats) -> None:
+        pass
+
+    def request_done(self, stats: LevelStats) -> None:
+        pass
+
+    def level_finished(self, stats: LevelStats) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class LineProgress(NullProgress):
+    """One line per level and per warning, to stderr."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def start(self, run_id: str, levels: list[int]) -> None:
+        self.console.print(f"recording {run_id}: levels {', '.join(map(str, levels))}")
+
+    def level_finished(self, stats: LevelStats) -> None:
+        self.console.print(stats.summary())
+
+    def warning(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {message}")
+
+
+class RichProgress(LineProgress):
+    """A live table: one row per finished level and the current one, redrawn twice a second."""
+
+    def __init__(self, console: Console | None = None):
+        super().__init__(console)
+        self._finished: list[LevelStats] = []
+        self._current: LevelStats | None = None
+        self._live: Live | None = None
+        self._run_id = ""
+
+    def start(self, run_id: str, levels: list[int]) -> None:
+        self._run_id = run_id
+        self._live = Live(
+            get_renderable=self._table,
+            console=self.console,
+            refresh_per_second=LIVE_REFRESH_PER_S,
+            transient=False,
+        )
+        self._live.start()
+
+    def _table(self) -> Table:
+        table = Table(title=f"sweeper record {self._run_id}", title_justify="left")
+        for name in ("level", "done / total", "TTFT p50", "ITL p50", "errors", "elapsed"):
+            table.add_column(name, justify="right")
+        rows = [*self._finished, *([self._current] if self._current else [])]
+        for st in rows:
+            table.add_row(
+                str(st.concurrency),
+                f"{st.done} / {st.total}",
+                _ms(percentile(st.ttft_ms, 50)),
+                _ms(percentile(list(st.itl_ms), 50)),
+                str(st.errors),
+                f"{time.monotonic() - st.started_s:.0f} s" if st is self._current else "",
+            )
+        if self._current is not None and self._current.last_error:
+            table.caption = f"last error: {self._current.last_error}"
+        return table
+
+    def level_started(self, stats: LevelStats) -> None:
+        self._current = stats
+
+    def level_finished(self, stats: LevelStats) -> None:
+        self._finished.append(stats)
+        self._current = None
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+            self._live.stop()
+            self._live = None
+
+
+def default_progress(quiet: bool = False) -> Progress:
+    if quiet:
+        return NullProgress()
+    if sys.stderr.isatty():
+        return RichProgress()
+    return LineProgress()

@@ -1,0 +1,719 @@
+"""The sweep: for each concurrency level, keep C streams busy (closed loop: each stream sends its
+next request when the previous one ends), record every request as it ends, scrape the server's
+metrics all along, and keep the manifest's bookkeeping so an interrupted run can be resumed.
+
+``record_sweep(config)`` is the whole of ``sweeper record``; the CLI only parses options into a
+:class:`RecordConfig`. Nothing is lost: each request is appended and flushed as it ends; the
+manifest (replaced atomically) says which levels are complete; Ctrl-C marks the run
+``incomplete``; ``resume=True`` sends only the requests a run does not have yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from sweeper import __version__
+from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
+from sweeper.record.client import Clock, RequestShaper, RequestSpec, default_clock, stream_request
+from sweeper.record.lag import LagMonitor
+from sweeper.record.progress import LevelStats, NullProgress, Progress, percentile
+from sweeper.record.scrape import (
+    DEFAULT_SCRAPE_INTERVAL_S,
+    Scraper,
+    apply_metric_facts,
+    cache_config_facts,
+    engine_from_series,
+)
+from sweeper.record.serverinfo import (
+    ServerInfo,
+    api_roots,
+    probe_server,
+    server_facts,
+    tokenize_counter,
+    tokenizer_counter,
+    version_fact,
+)
+from sweeper.record.workload import (
+    DEFAULT_LEVELS,
+    PromptBuilder,
+    RequestCount,
+    TokenCounter,
+    completion_body,
+    request_id,
+)
+from sweeper.schema import (
+    METRICS_FILE,
+    Client,
+    Fact,
+    LevelStatus,
+    RunManifest,
+    Source,
+    Target,
+    Workload,
+    check_run_id,
+    strip_credentials,
+)
+from sweeper.schema import (
+    Clock as ClockInfo,
+)
+from sweeper.store import (
+    DEFAULT_TRACES_DIR,
+    TraceSetWriter,
+    discover_trace_sets,
+    load_trace_set,
+    read_manifest,
+    requests_files,
+)
+
+DEFAULT_INPUT_LEN = 1024
+DEFAULT_OUTPUT_LEN = 256
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_MAX_ERROR_RATE = 0.2
+PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
+CONNECT_TIMEOUT_S = 10.0
+CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
+LIBRARIES = ("httpx", "httpcore", "pydantic", "prometheus_client", "rich", "click", "uvloop")
+
+# User-given server facts ("what the server was started with"): option -> ServerConfig field.
+USER_SERVER_FACTS = {
+    "tp": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "dp": "data_parallel_size",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+}
+
+
+@dataclass
+class RecordConfig:
+    """Everything ``sweeper record`` takes; each field is the CLI option of the same name."""
+
+    base_url: str | None = None
+    model: str | None = None
+    endpoint: Literal["completions", "chat"] = "completions"
+    input_len: int = DEFAULT_INPUT_LEN
+    output_len: int = DEFAULT_OUTPUT_LEN
+    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
+    requests_per_level: RequestCount = field(default_factory=RequestCount)
+    warmup: int | None = None  # warm-up requests per level; None: one per stream (= C)
+    metrics_urls: list[str] | None = None  # None: <base-url>/metrics; []: no scraping
+    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
+    server_log: Path | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    model_config: Path | None = None
+    tokenizer: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    out: Path = DEFAULT_TRACES_DIR
+    run_id: str | None = None
+    resume: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
+    seed: int = 0
+    ignore_eos: bool = True
+    shared_prefix: bool = False
+    command: list[str] | None = None
+
+    def check(self) -> None:
+        if self.base_url is None and not self.resume:
+            raise ConfigError("--base-url is required (e.g. --base-url http://127.0.0.1:8000)")
+        if self.output_len < 1:
+            raise ConfigError(f"--output-len {self.output_len} must be at least 1 token")
+        if self.input_len < 1:
+            raise ConfigError(f"--input-len {self.input_len} must be at least 1 token")
+        if not 0.0 <= self.max_error_rate <= 1.0:
+            raise ConfigError(
+                f"--max-error-rate {self.max_error_rate} must be between 0 and 1 (e.g. 0.2)"
+            )
+        if self.timeout_s <= 0:
+            raise ConfigError(f"--timeout {self.timeout_s} must be a positive number of seconds")
+        if self.scrape_interval_s <= 0:
+            raise ConfigError(
+                f"--scrape-interval {self.scrape_interval_s} must be positive seconds"
+            )
+        if self.warmup is not None and self.warmup < 0:
+            raise ConfigError(f"--warmup {self.warmup} must be 0 or more")
+        if self.server_log is not None and not Path(self.server_log).is_file():
+            raise ConfigError(f"--server-log {self.server_log}: no such file")
+        if self.run_id is not None:
+            try:
+                check_run_id(self.run_id)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+
+    def warmup_for(self, concurrency: int) -> int:
+        return concurrency if self.warmup is None else self.warmup
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with the value of --api-key replaced: argv goes into the manifest."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif arg == "--api-key":
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=***")
+        else:
+            out.append(strip_credentials(arg) if "://" in arg else arg)
+    return out
+
+
+def default_run_id(model: str, now: datetime) -> str:
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", model.rsplit("/", 1)[-1]).strip("._-") or "run"
+    return f"{name[:80]}-{now.strftime('%Y%m%d-%H%M%S')}"
+
+
+def trim_partial_line(path: Path) -> bool:
+    """Cut a last line without its newline (a killed writer's): its request is sent again."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with path.open("rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return False
+        fh.truncate(data.rfind(b"\n") + 1)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """State of one recording: the manifest being kept, the writer, the clock origin."""
+
+    config: RecordConfig
+    manifest: RunManifest
+    folder: Path
+    writer: TraceSetWriter
+    origin_ns: int
+    clock: Clock
+    progress: Progress
+    done_ids: set[str] = field(default_factory=set)
+    warned: set[str] = field(default_factory=set)
+
+    def warn(self, message: str) -> None:
+        if message in self.warned:
+            return
+        self.warned.add(message)
+        self.manifest.warnings.append(message)
+        self.progress.warning(message)
+
+    def save(self) -> None:
+        self.writer.write_manifest(self.manifest)
+
+    def now_ns(self) -> int:
+        return self.clock() - self.origin_ns
+
+
+def record_sweep(
+    config: RecordConfig,
+    *,
+    progress: Progress | None = None,
+    clock: Clock = default_clock,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Path:
+    """Record a sweep; return the trace-set folder. Raises :class:`SweeperError` subclasses for
+    problems a user can fix; KeyboardInterrupt after marking the run incomplete."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(
+            arecord_sweep(config, progress=progress, clock=clock, transport=transport)
+        )
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed: less overhead per chunk, less lag."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+async def arecord_sweep(
+    config: RecordConfig,
+    *,
+    progress: Progress | None = None,
+    clock: Clock = default_clock,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Path:
+    """:func:`record_sweep` for callers already inside an event loop."""
+    config.check()
+    progress = progress or NullProgress()
+    previous: RunManifest | None = None
+    folder: Path | None = None
+    if config.resume:
+        folder, previous = _find_resumable(config)
+        config.run_id = previous.run_id
+        base_url = config.base_url or previous.target.base_url
+        if base_url is None:
+            raise ConfigError("the run to resume names no base URL; pass --base-url")
+        config.base_url = base_url
+    assert config.base_url is not None
+    root, api = api_roots(config.base_url)
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    max_level = max(previous.workload.concurrency_levels if previous else config.concurrency)
+    limits = httpx.Limits(
+        max_connections=max_level + CONNECTIONS_HEADROOM,
+        max_keepalive_connections=max_level + CONNECTIONS_HEADROOM,
+    )
+    timeout = httpx.Timeout(config.timeout_s, connect=CONNECT_TIMEOUT_S, pool=None)
+    async with httpx.AsyncClient(
+        headers=headers, limits=limits, timeout=timeout, transport=transport, trust_env=False
+    ) as client:
+        info = await probe_server(client, config.base_url)
+        if previous is None:
+            model = config.model or (info.model_ids[0] if info.model_ids else None)
+            if model is None:
+                raise ConfigError(
+                    f"the server at {strip_credentials(root)} lists no model at /v1/models; pass --model"
+                )
+            if config.model and info.model_ids and config.model not in info.model_ids:
+                raise ConfigError(
+                    f"--model {config.model!r} is not served at {strip_credentials(root)}; "
+                    f"it serves: {', '.join(info.model_ids)}"
+                )
+            started = datetime.now(UTC)
+            run_id = config.run_id or default_run_id(model, started)
+            config.run_id = run_id  # the caller may need it (e.g. to say how to resume)
+            folder = Path(config.out) / run_id
+            if folder.exists() and any(folder.iterdir()):
+                raise ConfigError(
+                    f"{folder} already exists; pass another --run-id, or --resume to finish it"
+                )
+            origin_ns = clock()
+            manifest = _new_manifest(config, info, model, run_id, started, origin_ns)
+        else:
+            assert folder is not None
+            manifest = previous
+            model = manifest.target.model or config.model or ""
+            origin_ns = manifest.clock.origin_monotonic_ns if manifest.clock else clock()
+            if clock() < origin_ns:
+                raise ConfigError(
+                    f"cannot resume {folder}: the monotonic clock restarted since it was recorded "
+                    "(the machine rebooted?); record a new run"
+                )
+            manifest.status = "running"
+            manifest.ended_at = None
+            for path in [*requests_files(folder), folder / METRICS_FILE]:
+                trim_partial_line(path)
+        writer = TraceSetWriter(folder)
+        run = _Run(config, manifest, folder, writer, origin_ns, clock, progress)
+        if previous is not None:
+            run.done_ids = {
+                r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
+            }
+        try:
+            return await _record(run, client, info, model, api)
+        finally:
+            writer.close()
+
+
+def _find_resumable(config: RecordConfig) -> tuple[Path, RunManifest]:
+    out = Path(config.out)
+    if config.run_id is not None:
+        folder = out / config.run_id
+        if not (folder / "manifest.json").exists():
+            raise ConfigError(f"--resume: no trace set {config.run_id!r} under {out}/")
+    else:
+        candidates = [p for p in discover_trace_sets(out) if read_manifest(p).status != "complete"]
+        if not candidates:
+            raise ConfigError(f"--resume: no incomplete run under {out}/; pass --run-id")
+        folder = max(candidates, key=lambda p: read_manifest(p).started_at)
+    manifest = read_manifest(folder)
+    if manifest.status == "complete":
+        raise ConfigError(f"--resume: run {manifest.run_id!r} is already complete; nothing to do")
+    if manifest.source.tool != "sweeper record":
+        raise ConfigError(f"--resume: run {manifest.run_id!r} was imported, not recorded")
+    return folder, manifest
+
+
+def _new_manifest(
+    config: RecordConfig,
+    info: ServerInfo,
+    model: str,
+    run_id: str,
+    started: datetime,
+    origin_ns: int,
+) -> RunManifest:
+    levels = config.concurrency
+    manifest = RunManifest(
+        run_id=run_id,
+        started_at=started,
+        sweeper_version=__version__,
+        source=Source(tool="sweeper record", version=__version__, command=config.command),
+        target=Target(
+            base_url=info.root,
+            endpoint=config.endpoint,
+            model=model,
+            served_model_name=model if model in info.model_ids else None,
+        ),
+        workload=Workload(
+            input_len=config.input_len,
+            output_len=config.output_len,
+            concurrency_levels=list(levels),
+            requests_per_level={str(c): config.requests_per_level.for_level(c) for c in levels},
+            warmup_per_level=config.warmup if config.warmup is not None else 0,
+            ignore_eos=config.ignore_eos,
+            seed=config.seed,
+            request_params={
+                "requests_per_level": str(config.requests_per_level),
+                "warmup": "one per stream" if config.warmup is None else config.warmup,
+                "shared_prefix": config.shared_prefix,
+                "timeout_s": config.timeout_s,
+            },
+        ),
+        client=Client(
+            host=socket.gethostname(),
+            python=platform.python_version(),
+            platform=platform.platform(),
+            libraries=_library_versions(),
+        ),
+        clock=ClockInfo(origin_monotonic_ns=origin_ns, origin_unix_ns=_unix_ns(started)),
+        levels=[LevelStatus(concurrency=c) for c in levels],
+        labels=dict(config.labels),
+    )
+    server = manifest.server
+    server.engine = info.engine
+    server.version = version_fact(info)
+    for key, fact in server_facts(info).items():
+        setattr(server.config, key, fact)
+    _apply_user_facts(manifest, config)
+    return manifest
+
+
+def _unix_ns(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000_000)
+
+
+def _library_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _apply_user_facts(manifest: RunManifest, config: RecordConfig) -> None:
+    from sweeper.hardware import gpu_facts, model_facts
+
+    server_config = manifest.server.config
+    for option, name in USER_SERVER_FACTS.items():
+        value = getattr(config, option)
+        if value is not None:
+            setattr(
+                server_config,
+                name,
+                Fact(value=value, source="user", detail=f"--{option.replace('_', '-')}"),
+            )
+    if config.gpu is not None:
+        manifest.hardware = gpu_facts(config.gpu, config.gpu_count)
+    elif config.gpu_count is not None:
+        manifest.hardware.gpu_count = Fact(
+            value=config.gpu_count, source="user", detail="--gpu-count"
+        )
+    if config.model_config is not None or manifest.target.model:
+        facts = model_facts(manifest.target.model, config.model_config)
+        if facts.name is None:
+            facts.name = manifest.target.model
+        manifest.model = facts
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def _record(
+    run: _Run, client: httpx.AsyncClient, info: ServerInfo, model: str, api: str
+) -> Path:
+    config, manifest = run.config, run.manifest
+    for message in info.warnings:
+        run.warn(message)
+    if config.server_log is not None:
+        run.writer.copy_server_log(config.server_log)
+    counter = await _token_counter(run, client, info, model)
+    metrics_urls = (
+        config.metrics_urls if config.metrics_urls is not None else [f"{info.root}/metrics"]
+    )
+    scraper = Scraper(
+        client,
+        metrics_urls,
+        run.writer.append_metrics,
+        run.origin_ns,
+        config.scrape_interval_s,
+        run.clock,
+    )
+    first = await scraper.scrape_all() if metrics_urls else []
+    for sample in first:
+        if sample.error is None:
+            apply_metric_facts(manifest.server.config, cache_config_facts(sample.series))
+            manifest.server.engine = manifest.server.engine or engine_from_series(sample.series)
+        elif config.metrics_urls is not None:
+            run.warn(f"cannot scrape {sample.url}: {sample.error}")
+    _check_user_facts(run)
+    shaper = RequestShaper(on_warning=run.warn)
+    workload = manifest.workload
+    builder = PromptBuilder(
+        workload.input_len or config.input_len,
+        seed=workload.seed or 0,
+        counter=counter,
+        shared_prefix=bool(workload.request_params.get("shared_prefix", config.shared_prefix)),
+    )
+    run.save()
+    run.progress.start(manifest.run_id, workload.concurrency_levels)
+    lag = LagMonitor(run.clock)
+    scrape_task = asyncio.create_task(scraper.run()) if metrics_urls else None
+    lag_task = asyncio.create_task(lag.run())
+    level: LevelStatus | None = None
+    try:
+        for concurrency in workload.concurrency_levels:
+            level = manifest.level(concurrency)
+            if level is None:
+                level = LevelStatus(concurrency=concurrency)
+                manifest.levels.append(level)
+            if level.status == "complete":
+                continue
+            await _run_level(run, client, api, model, builder, shaper, lag, level)
+            level = None
+        manifest.status = "complete"
+    except asyncio.CancelledError:
+        if level is not None and level.status == "running":
+            level.status = "interrupted"
+            level.end_ns = run.now_ns()
+            level.message = "interrupted (Ctrl-C); finish with --resume"
+        manifest.status = "incomplete"
+        raise
+    except ErrorRateExceeded:
+        manifest.status = "aborted"
+        raise
+    finally:
+        lag.stop()
+        if scrape_task is not None:
+            scraper.stop()
+            await _finish(scrape_task)
+        await _finish(lag_task)
+        manifest.ended_at = datetime.now(UTC)
+        if builder.inexact:
+            run.warn(
+                f"{builder.inexact} prompts could not be built to exactly {builder.input_len} tokens"
+            )
+        _read_server_log(run)
+        run.save()
+        run.progress.stop()
+    return run.folder
+
+
+async def _finish(task: asyncio.Task[Any]) -> None:
+    """Wait for a helper task to end, even while this task is being cancelled."""
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+    except Exception:  # a helper's failure must not hide the sweep's outcome
+        pass
+
+
+async def _token_counter(
+    run: _Run, client: httpx.AsyncClient, info: ServerInfo, model: str
+) -> TokenCounter | None:
+    config, workload = run.config, run.manifest.workload
+    endpoint = run.manifest.target.endpoint
+    counter = await tokenize_counter(client, info, model, endpoint)
+    if counter is not None:
+        workload.exact_input, workload.prompt_source = True, "server /tokenize"
+        return counter
+    if config.tokenizer is not None:
+        workload.exact_input, workload.prompt_source = True, f"tokenizer {config.tokenizer}"
+        return tokenizer_counter(config.tokenizer, endpoint)
+    workload.exact_input, workload.prompt_source = False, "words (approximate)"
+    run.warn(
+        "the server has no /tokenize and no --tokenizer was given: prompt lengths are "
+        "approximate (one word per token); the server-reported prompt tokens are recorded"
+    )
+    return None
+
+
+def _check_user_facts(run: _Run) -> None:
+    """A user-given fact that the server reports differently: keep the server's, say so."""
+    config = run.manifest.server.config
+    for option, name in USER_SERVER_FACTS.items():
+        given = getattr(run.config, option)
+        fact = getattr(config, name)
+        if given is not None and fact is not None and fact.source != "user" and fact.value != given:
+            run.warn(
+                f"--{option.replace('_', '-')} {given} differs from the server's {name}={fact.value} ({fact.source}); kept the server's"
+            )
+
+
+def _read_server_log(run: _Run) -> None:
+    if run.config.server_log is None:
+        return
+    from sweeper.serverlog import apply_server_log, parse_server_log
+
+    try:
+        # Copied again at the end: lines the server wrote during the run count too.
+        dest = run.writer.copy_server_log(run.config.server_log)
+        log = parse_server_log(dest.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SweeperError) as exc:
+        run.warn(f"cannot read --server-log {run.config.server_log}: {exc}")
+        return
+    apply_server_log(run.manifest, log)
+
+
+async def _run_level(
+    run: _Run,
+    client: httpx.AsyncClient,
+    api: str,
+    model: str,
+    builder: PromptBuilder,
+    shaper: RequestShaper,
+    lag: LagMonitor,
+    level: LevelStatus,
+) -> None:
+    config, manifest = run.config, run.manifest
+    concurrency = level.concurrency
+    workload = manifest.workload
+    measured = workload.requests_per_level.get(
+        str(concurrency), config.requests_per_level.for_level(concurrency)
+    )
+    warmup = _warmup_count(workload, concurrency)
+    indices = [
+        i for i in range(warmup + measured) if request_id(concurrency, i) not in run.done_ids
+    ]
+    stats = LevelStats(concurrency, total=warmup + measured, done=warmup + measured - len(indices))
+    resumed = level.status in ("interrupted", "running", "aborted") and level.start_ns is not None
+    specs = await _build_specs(run, builder, model, concurrency, indices, warmup)
+    level.status = "running"
+    level.start_ns = level.start_ns if resumed and level.start_ns is not None else run.now_ns()
+    level.message = "resumed" if resumed else None
+    run.save()
+    run.progress.level_started(stats)
+    lag.reset()
+    endpoint = manifest.target.endpoint
+    url = f"{api}/chat/completions" if endpoint == "chat" else f"{api}/completions"
+    queue = list(reversed(specs))
+    allowed_failures = config.max_error_rate * measured
+
+    async def stream() -> None:
+        while queue:
+            spec = queue.pop()
+            trace = await stream_request(
+                client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
+                timeout_s=config.timeout_s, shaper=shaper, clock=run.clock,
+            )  # fmt: skip
+            run.writer.append_request(trace)
+            stats.add(trace)
+            run.progress.request_done(stats)
+            if config.max_error_rate < 1.0 and stats.measured_errors > allowed_failures:
+                queue.clear()  # the level can no longer pass: stop sending
+
+    await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
+    level.end_ns = run.now_ns()
+    summary = lag.summary(concurrency)
+    if summary is not None:
+        manifest.client.loop_lag = [
+            x for x in manifest.client.loop_lag if x.concurrency != concurrency
+        ] + [summary]
+        if summary.p99_ms > LagMonitor.WARN_P99_MS:
+            run.warn(
+                f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
+                f"{summary.p99_ms:.1f} ms, max {summary.max_ms:.1f} ms): ITL there may be inflated "
+                "by up to that much; record fewer streams per process"
+            )
+    _check_lengths(run, stats)
+    run.progress.level_finished(stats)
+    if (
+        config.max_error_rate < 1.0
+        and stats.measured_done
+        and stats.error_rate > config.max_error_rate
+    ):
+        level.status = "aborted"
+        level.message = (
+            f"error rate {stats.error_rate:.0%} ({stats.measured_errors} of {stats.measured_done} "
+            f"measured requests) passed --max-error-rate {config.max_error_rate:g}"
+            + (f"; last error: {stats.last_error}" if stats.last_error else "")
+        )
+        run.save()
+        raise ErrorRateExceeded(f"stopped the sweep at concurrency {concurrency}: {level.message}")
+    level.status = "complete"
+    run.save()
+
+
+def _warmup_count(workload: Workload, concurrency: int) -> int:
+    setting = workload.request_params.get("warmup", "one per stream")
+    return int(setting) if isinstance(setting, int) else concurrency
+
+
+async def _build_specs(
+    run: _Run, builder: PromptBuilder, model: str, concurrency: int, indices: list[int], warmup: int
+) -> list[RequestSpec]:
+    """All prompts of a level, built before it starts (no /tokenize traffic during it)."""
+    workload = run.manifest.workload
+    gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
+
+    async def one(index: int) -> RequestSpec:
+        async with gate:
+            prompt = await builder.build(concurrency, index)
+        body = completion_body(
+            model, prompt, endpoint=run.manifest.target.endpoint,
+            output_len=workload.output_len or DEFAULT_OUTPUT_LEN, ignore_eos=bool(workload.ignore_eos),
+        )  # fmt: skip
+        phase = "warmup" if index < warmup else "measured"
+        rid = request_id(concurrency, index)
+        return RequestSpec(rid, concurrency, phase, body, header_id=f"{run.manifest.run_id}-{rid}")
+
+    try:
+        return list(await asyncio.gather(*(one(i) for i in indices)))
+    except httpx.HTTPError as exc:
+        raise SweeperError(f"building prompts with the server's /tokenize failed: {exc}") from exc
+
+
+def _check_lengths(run: _Run, stats: LevelStats) -> None:
+    workload = run.manifest.workload
+    c = stats.concurrency
+    if workload.input_len is not None and stats.prompt_tokens:
+        off = [n for n in stats.prompt_tokens if n != workload.input_len]
+        if off:
+            run.warn(
+                f"concurrency {c}: {len(off)} of {len(stats.prompt_tokens)} requests had a prompt of "
+                f"{min(off)}..{max(off)} tokens, not --input-len {workload.input_len} (server usage)"
+            )
+    if workload.output_len is not None and stats.completion_tokens:
+        off = [n for n in stats.completion_tokens if n != workload.output_len]
+        if off:
+            run.warn(
+                f"concurrency {c}: {len(off)} of {len(stats.completion_tokens)} requests produced "
+                f"{min(off)}..{max(off)} tokens, not --output-len {workload.output_len} (server usage)"
+            )
+
+
+__all__ = [
+    "RecordConfig",
+    "arecord_sweep",
+    "percentile",
+    "record_sweep",
+    "redact_argv",
+]

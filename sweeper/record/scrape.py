@@ -1,0 +1,177 @@
+"""Scraping Prometheus endpoints during a sweep, on the recorder's clock.
+
+Each scrape of each ``--metrics-url`` becomes one :class:`MetricSample`: its completion time
+(ns after the run's origin, the same clock as the requests), and every sample of the kept
+families with its name and labels exactly as exposed (``vllm:num_preemptions_total``,
+``vllm:time_to_first_token_seconds_bucket`` with ``le``). The text is parsed with
+``prometheus_client``'s parser, in a worker thread so a large page does not stall the event
+loop that timestamps the tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from sweeper.record.client import Clock, default_clock
+from sweeper.schema import Fact, MetricSample, Series, ServerConfig
+
+# Families kept: the inference engines' own, and common GPU exporters (for --metrics-url).
+KEEP_PREFIXES = (
+    "vllm:",  # vLLM (old and new names alike: gpu_cache_usage_perc, kv_cache_usage_perc)
+    "sglang:",  # SGLang
+    "llamacpp:",  # llama.cpp server
+    "tgi_",  # Text Generation Inference
+    "DCGM_FI_",  # NVIDIA DCGM exporter
+    "nvidia_",  # nvidia_gpu_exporter
+    "amd_",  # AMD device metrics exporter
+)
+# Samples that only repeat when a series was created.
+DROP_SUFFIXES = ("_created",)
+DEFAULT_SCRAPE_INTERVAL_S = 1.0
+SCRAPE_TIMEOUT_S = 5.0
+
+# vllm:cache_config_info label -> (ServerConfig field or extra key, parser)
+_CACHE_CONFIG_LABELS: dict[str, str] = {
+    "kv_cache_size_tokens": "kv_cache_tokens",
+    "block_size": "block_size",
+    "num_gpu_blocks": "num_gpu_blocks",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "kv_cache_max_concurrency": "kv_cache_max_concurrency",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "cache_dtype": "kv_cache_dtype",
+}
+
+
+def parse_metrics(text: str, keep: Iterable[str] = KEEP_PREFIXES) -> list[Series]:
+    """Every sample of the kept families, name and labels as exposed."""
+    prefixes = tuple(keep)
+    out: list[Series] = []
+    for family in text_string_to_metric_families(text):
+        if prefixes and not family.name.startswith(prefixes):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(DROP_SUFFIXES):
+                continue
+            out.append(
+                Series(name=sample.name, labels=dict(sample.labels), value=float(sample.value))
+            )
+    return out
+
+
+def _label_value(text: str) -> int | float | bool | str | None:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null", ""):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def cache_config_facts(series: Iterable[Series]) -> dict[str, Fact]:
+    """Server facts from ``vllm:cache_config_info`` labels, keyed by ServerConfig field (or by
+    the label name for those with no field: they go to ``extra``)."""
+    facts: dict[str, Fact] = {}
+    for s in series:
+        if s.name != "vllm:cache_config_info":
+            continue
+        for label, raw in s.labels.items():
+            value = _label_value(raw)
+            if value is None:
+                continue
+            key = _CACHE_CONFIG_LABELS.get(label, label)
+            facts[key] = Fact(
+                value=value, source="metrics", detail=f"vllm:cache_config_info{{{label}}}"
+            )
+        break
+    return facts
+
+
+def apply_metric_facts(config: ServerConfig, facts: dict[str, Fact]) -> None:
+    """Fill config fields from metric facts where not already known (user values win)."""
+    known = set(ServerConfig.model_fields) - {"extra"}
+    for key, fact in facts.items():
+        if key in known:
+            if getattr(config, key) is None:
+                setattr(config, key, fact)
+        elif key not in config.extra:
+            config.extra[key] = fact
+
+
+def engine_from_series(series: Iterable[Series]) -> str | None:
+    for s in series:
+        for prefix, engine in (
+            ("vllm:", "vllm"),
+            ("sglang:", "sglang"),
+            ("llamacpp:", "llama.cpp"),
+            ("tgi_", "tgi"),
+        ):
+            if s.name.startswith(prefix):
+                return engine
+    return None
+
+
+@dataclass
+class Scraper:
+    """Scrapes every URL every ``interval_s`` until stopped; each result goes to ``sink``."""
+
+    client: httpx.AsyncClient
+    urls: list[str]
+    sink: Callable[[MetricSample], None]
+    origin_ns: int
+    interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
+    clock: Clock = default_clock
+    keep: tuple[str, ...] = KEEP_PREFIXES
+    scrapes: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def scrape_once(self, url: str) -> MetricSample:
+        start = self.clock()
+        try:
+            response = await self.client.get(url, timeout=SCRAPE_TIMEOUT_S)
+            response.raise_for_status()
+            series = await asyncio.to_thread(parse_metrics, response.text, self.keep)
+            error = None
+        except (httpx.HTTPError, ValueError) as exc:
+            series, error = [], f"{type(exc).__name__}: {exc}"[:300]
+            self.failures[url] = error
+        end = self.clock()
+        self.scrapes += 1
+        return MetricSample(
+            t_ns=end - self.origin_ns, url=url, duration_ns=end - start, error=error, series=series
+        )
+
+    async def scrape_all(self) -> list[MetricSample]:
+        samples = await asyncio.gather(*(self.scrape_once(u) for u in self.urls))
+        for sample in samples:
+            self.sink(sample)
+        return list(samples)
+
+    async def run(self) -> None:
+        """Scrape on a fixed schedule (not drifting with scrape duration) until :meth:`stop`."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while not self._stop.is_set():
+            await self.scrape_all()
+            next_at += self.interval_s
+            delay = max(next_at - loop.time(), 0.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=delay)
+        await self.scrape_all()  # a last one, after the last request
+
+    def stop(self) -> None:
+        self._stop.set()

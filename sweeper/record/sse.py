@@ -1,0 +1,226 @@
+"""Server-sent events, parsed from raw bytes, and OpenAI stream chunks, read for tokens.
+
+Pure code: no I/O, no clock. :class:`SSEParser` takes the bytes of each network read as they
+come (a line or a multi-byte UTF-8 character may be split across reads) and returns the events
+completed by that read. :class:`ChunkReader` turns each event's JSON into what the recorder
+stores: whether the chunk carried tokens and how many, the finish reason, the usage.
+
+Token counts never come from text: a random or byte-level model streams chunks whose text is
+``""`` or ``"\\ufffd"`` and yet each is a token. Counts come, in order of preference, from the
+chunk's ``token_ids`` (vLLM ``return_token_ids``), from running usage on every chunk (vLLM
+``stream_options.continuous_usage_stats``), or else one token per chunk that has content.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+DONE_MARKER = "[DONE]"
+
+
+@dataclass
+class SSEEvent:
+    """One dispatched event: its ``data`` lines joined with newlines, and its ``event`` name."""
+
+    data: str
+    event: str = "message"
+
+
+class SSEParser:
+    """Incremental SSE parser (the WHATWG event-stream grammar, the parts servers use).
+
+    Lines end with CRLF, LF or CR; ``:`` starts a comment (a keep-alive); a blank line
+    dispatches the event; an event with no data line is dropped, so blank keep-alive lines
+    produce nothing.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+        self._data: list[str] = []
+        self._event = ""
+        self._pending_cr = False
+        self.comments = 0
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse one network read; return the events it completed."""
+        text = self._decoder.decode(chunk)
+        if not text:
+            return []
+        if self._pending_cr:
+            # A CR at the end of the previous read may be the first half of a CRLF.
+            self._pending_cr = False
+            if text.startswith("\n"):
+                text = text[1:]
+        self._buffer += text
+        return self._drain()
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: a last line without its newline, or data without the blank line that
+        should dispatch it, still counts (some servers end the stream that way)."""
+        tail = self._decoder.decode(b"", final=True)
+        self._buffer += tail
+        events = self._drain()
+        if self._buffer:
+            self._line(self._buffer, events)
+            self._buffer = ""
+        if self._data:
+            events.append(SSEEvent("\n".join(self._data), self._event or "message"))
+            self._data = []
+            self._event = ""
+        return events
+
+    def _drain(self) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        buf = self._buffer
+        start = 0
+        n = len(buf)
+        while start < n:
+            lf = buf.find("\n", start)
+            cr = buf.find("\r", start)
+            if lf < 0 and cr < 0:
+                break
+            if cr < 0 or (0 <= lf < cr):
+                end, nxt = lf, lf + 1
+            elif cr == n - 1:
+                # CR as the very last character: the LF of a CRLF may be in the next read.
+                end, nxt = cr, cr + 1
+                self._pending_cr = True
+            else:
+                end = cr
+                nxt = cr + 2 if buf[cr + 1] == "\n" else cr + 1
+            self._line(buf[start:end], events)
+            start = nxt
+        self._buffer = buf[start:]
+        return events
+
+    def _line(self, line: str, events: list[SSEEvent]) -> None:
+        if not line:
+            if self._data:
+                events.append(SSEEvent("\n".join(self._data), self._event or "message"))
+            self._data = []
+            self._event = ""
+            return
+        if line.startswith(":"):
+            self.comments += 1
+            return
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        # id and retry mean nothing to a one-shot completion stream.
+
+
+class StreamFormatError(ValueError):
+    """A data line that is not JSON, or not shaped like an OpenAI stream chunk."""
+
+
+class StreamServerError(RuntimeError):
+    """The server put an error object in the stream."""
+
+
+@dataclass
+class ChunkInfo:
+    """What one chunk told: tokens it carried (0 = not content), finish reason, usage."""
+
+    tokens: int = 0
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    server_timing: dict[str, float] | None = None
+
+
+@dataclass
+class ChunkReader:
+    """Reads the JSON chunks of one request's stream, in order (it keeps running usage)."""
+
+    endpoint: str = "completions"
+    _mode: str | None = None  # "ids", "usage" or "count", fixed by the first choice chunk
+    _completion_so_far: int = 0
+    seen_choice: bool = False
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    token_source: set[str] = field(default_factory=set)
+
+    def read(self, data: str) -> ChunkInfo:
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise StreamFormatError(f"data line is not JSON ({exc.msg}): {data[:200]!r}") from exc
+        if not isinstance(obj, dict):
+            raise StreamFormatError(f"data line is not a JSON object: {data[:200]!r}")
+        if "error" in obj and not obj.get("choices"):
+            err = obj["error"]
+            message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            raise StreamServerError(message)
+        info = ChunkInfo()
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+            info.usage = usage
+        timings = obj.get("timings")  # llama.cpp's per-request timings, ms
+        if isinstance(timings, dict):
+            info.server_timing = {
+                k: float(v) for k, v in timings.items() if isinstance(v, int | float)
+            }
+        choices = obj.get("choices")
+        if choices is None:
+            return info  # e.g. a usage-only chunk without a choices key
+        if not isinstance(choices, list):
+            raise StreamFormatError(f"choices is not a list: {data[:200]!r}")
+        if not choices:
+            return info  # the usage-only last chunk (stream_options.include_usage)
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise StreamFormatError(f"choice is not an object: {data[:200]!r}")
+        if self._mode is None:
+            if isinstance(choice.get("token_ids"), list):
+                self._mode = "ids"
+            elif isinstance(usage, dict) and "completion_tokens" in usage:
+                self._mode = "usage"
+            else:
+                self._mode = "count"
+            self.token_source.add(self._mode)
+        self.seen_choice = True
+        info.tokens = self._tokens(choice, usage)
+        reason = choice.get("finish_reason")
+        if reason:
+            info.finish_reason = str(reason)
+            self.finish_reason = str(reason)
+        return info
+
+    def _tokens(self, choice: dict[str, Any], usage: Any) -> int:
+        if self._mode == "ids":
+            ids = choice.get("token_ids")
+            return len(ids) if isinstance(ids, list) else 0
+        if self._mode == "usage" and isinstance(usage, dict):
+            total = int(usage.get("completion_tokens") or 0)
+            delta = total - self._completion_so_far
+            self._completion_so_far = max(total, self._completion_so_far)
+            return max(delta, 0)
+        return 1 if _has_content(choice, self.endpoint) else 0
+
+
+def _has_content(choice: dict[str, Any], endpoint: str) -> bool:
+    """Whether a chunk without token counts carries a token. A finish chunk or a role-only chat
+    chunk with empty text carries none; any other chunk with a text field does (its text may be
+    empty for a special or partial-UTF-8 token)."""
+    finished = bool(choice.get("finish_reason"))
+    if endpoint == "chat":
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return False
+        values = [delta.get(k) for k in ("content", "reasoning_content", "reasoning")]
+        if any(isinstance(v, str) and v for v in values) or delta.get("tool_calls"):
+            return True
+        has_text_field = any(isinstance(v, str) for v in values)
+        return has_text_field and "role" not in delta and not finished
+    text = choice.get("text")
+    if isinstance(text, str):
+        return bool(text) or not finished
+    return False
