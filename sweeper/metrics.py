@@ -1,17 +1,28 @@
 """Trace sets -> tidy pandas frames: per request, per gap (ITL) and per level.
 
-Definitions (DESIGN.md "Metrics", the same words as ``vllm bench serve``):
+Definitions (DESIGN.md "Metrics", the same words as ``vllm bench serve``; docs/metrics.md sets
+them beside AIPerf's, GuideLLM's and LLMPerf's):
 
 - TTFT: first content chunk arrival - send. E2EL: last content chunk arrival - send.
 - TPOT (per request): (E2EL - TTFT) / (output tokens - 1), for requests with 2+ output tokens.
 - ITL: every gap between consecutive content chunks, pooled over the measured requests of a level.
   A chunk carrying k > 1 tokens is one gap; ``tokens`` keeps k so a per-token view is possible.
-- Output throughput: measured output tokens / (last measured end - first measured send).
+- Output throughput: measured output tokens / (last measured end - first measured send), where
+  "end" is the last content chunk (the stream end for a request that sent none).
 - Generation speed: output tokens / E2EL; decode speed: (output tokens - 1) / (E2EL - TTFT).
 - Percentiles: linear interpolation (numpy's default).
 
 Warm-up requests are excluded; failed requests are counted, never timed. Output tokens come from
 the server's usage (``completion_tokens``), falling back to the sum of per-chunk counts.
+
+Imported trace sets may carry less than a recording: ``per_request`` fidelity has TTFT and E2EL
+but no chunks (so no ITL); ``summary`` fidelity has no requests at all and its level rows come
+from the tool's own numbers (``manifest.source.summaries``); ``send_times="reconstructed"`` means
+the tool never said when requests were sent, so a level's duration (and the throughputs) come
+from the tool's summary too. The column ``basis`` of the level frame says which.
+
+Everything is computed with numpy over flat arrays; a 1,332-request sweep with 256 chunks per
+request takes a few tens of milliseconds (``benchmarks/metrics_bench.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +32,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sweeper.schema import RequestTrace, fact_value
+from sweeper.schema import RequestTrace, RunManifest, fact_value
 from sweeper.store import TraceSet
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_NAMES = ("mean", "p50", "p90", "p95", "p99")
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+NS_PER_MS = 1e6
+NS_PER_S = 1e9
 
 REQUEST_COLUMNS = [
     "concurrency",
@@ -45,128 +58,174 @@ REQUEST_COLUMNS = [
     "chunks",
     "decode_tok_s",
     "gen_tok_s",
+    # added after the first contract (never renamed or removed):
+    "finish_reason",
+    "multi_token_chunks",
 ]
 
-GAP_COLUMNS = ["concurrency", "request_id", "at_s", "itl_ms", "tokens"]
+GAP_COLUMNS = ["concurrency", "request_id", "at_s", "itl_ms", "tokens", "gap_index"]
+
+# Level-frame values a tool's own summary can supply (fidelity "summary", or reconstructed
+# send times); the keys of ``Source.summaries[str(C)]`` use these names.
+SUMMARY_KEYS = (
+    "requests",
+    "completed",
+    "failed",
+    "duration_s",
+    "output_throughput_tok_s",
+    "request_throughput_rps",
+    "total_token_throughput_tok_s",
+    *(f"{m}_{s}" for m in LATENCY_METRICS for s in STAT_NAMES),
+    "prompt_tokens_mean",
+    "output_tokens_mean",
+)
+
+BASIS_REQUESTS = "requests"
+BASIS_TOOL_DURATION = "requests+tool_duration"
+BASIS_TOOL_SUMMARY = "tool_summary"
+
+_NAN = float("nan")
 
 
-def _stats(values: np.ndarray) -> dict[str, float]:
-    values = values[~np.isnan(values)]
+def stats(values: np.ndarray) -> dict[str, float]:
+    """Mean and p50 / p90 / p95 / p99 (linear interpolation) of the finite values; NaN if none."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
     if values.size == 0:
-        return {name: float("nan") for name in STAT_NAMES}
+        return dict.fromkeys(STAT_NAMES, _NAN)
     out = {"mean": float(values.mean())}
     for p, q in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True):
         out[f"p{p}"] = float(q)
     return out
 
 
+# kept for callers of the first version
+_stats = stats
+
+
 def request_frame(ts: TraceSet, *, include_warmup: bool = False) -> pd.DataFrame:
-    """One row per request. Times in ms (latencies) or s since the run's origin (send_s, end_s)."""
+    """One row per request. Latencies in ms; ``send_s`` / ``end_s`` in s since the run's origin."""
     rows = [r for r in ts.requests if include_warmup or r.phase == "measured"]
     return requests_to_frame(rows)
 
 
 def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
+    """The request frame of any list of traces (see :func:`request_frame`)."""
     n = len(rows)
     if n == 0:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in REQUEST_COLUMNS})
-    nan = float("nan")
-    ttft_ns = np.full(n, nan)
-    e2el_ns = np.full(n, nan)
-    end_ns = np.full(n, nan)
-    out_tokens = np.full(n, nan)
-    prompt_tokens = np.full(n, nan)
-    chunks = np.zeros(n, dtype=np.int64)
-    send_ns = np.empty(n, dtype=np.float64)
-    for i, r in enumerate(rows):
-        send_ns[i] = r.send_ns
-        chunks[i] = len(r.chunk_ns)
-        if r.chunk_ns:
-            ttft_ns[i] = r.chunk_ns[0]
-            e2el_ns[i] = r.chunk_ns[-1]
-        else:
-            if r.ttft_ns is not None:
-                ttft_ns[i] = r.ttft_ns
-            if r.e2el_ns is not None:
-                e2el_ns[i] = r.e2el_ns
-        if r.completion_tokens is not None:
-            out_tokens[i] = r.completion_tokens
-        elif r.chunk_tokens:
-            out_tokens[i] = sum(r.chunk_tokens)
-        if r.prompt_tokens is not None:
-            prompt_tokens[i] = r.prompt_tokens
-        if r.end_ns is not None:
-            end_ns[i] = r.end_ns
-    ok = np.array([r.status == "ok" for r in rows])
+    # One pass per attribute (list comprehensions), then numpy on flat arrays.
+    chunks = np.fromiter((len(r.chunk_ns) for r in rows), dtype=np.int64, count=n)
+    first_chunk = np.fromiter(
+        (r.chunk_ns[0] if r.chunk_ns else _or_nan(r.ttft_ns) for r in rows), dtype=float, count=n
+    )
+    last_chunk = np.fromiter(
+        (r.chunk_ns[-1] if r.chunk_ns else _or_nan(r.e2el_ns) for r in rows), dtype=float, count=n
+    )
+    usage_out = np.fromiter((_or_nan(r.completion_tokens) for r in rows), dtype=float, count=n)
+    chunk_out = np.fromiter((sum(r.chunk_tokens) for r in rows), dtype=float, count=n)
+    multi = np.fromiter(
+        (sum(1 for k in r.chunk_tokens if k > 1) for r in rows), dtype=np.int64, count=n
+    )
+    out_tokens = np.where(np.isnan(usage_out) & (chunks > 0), chunk_out, usage_out)
+    prompt_tokens = np.fromiter((_or_nan(r.prompt_tokens) for r in rows), dtype=float, count=n)
+    end_ns = np.fromiter((_or_nan(r.end_ns) for r in rows), dtype=float, count=n)
+    send_ns = np.fromiter((r.send_ns for r in rows), dtype=float, count=n)
+    ok = np.fromiter((r.status == "ok" for r in rows), dtype=bool, count=n)
+
     # Failed requests are counted, never timed.
-    ttft_ns[~ok] = nan
-    e2el_ns[~ok] = nan
-    end_rel = np.where(np.isnan(e2el_ns), end_ns, e2el_ns)
+    ttft_ns = np.where(ok, first_chunk, _NAN)
+    e2el_ns = np.where(ok, last_chunk, _NAN)
+    # A request's end on the run clock: its last content chunk, else its stream end.
+    end_rel = np.where(np.isnan(last_chunk), end_ns, last_chunk)
     decode_ns = e2el_ns - ttft_ns
     with np.errstate(divide="ignore", invalid="ignore"):
-        tpot_ms = np.where(out_tokens > 1, decode_ns / (out_tokens - 1) / 1e6, nan)
-        decode_tok_s = np.where((out_tokens > 1) & (decode_ns > 0), (out_tokens - 1) / (decode_ns / 1e9), nan)
-        gen_tok_s = np.where(e2el_ns > 0, out_tokens / (e2el_ns / 1e9), nan)
-    frame = pd.DataFrame(
+        tpot_ms = np.where(out_tokens > 1, decode_ns / (out_tokens - 1) / NS_PER_MS, _NAN)
+        decode_tok_s = np.where(
+            (out_tokens > 1) & (decode_ns > 0), (out_tokens - 1) / (decode_ns / NS_PER_S), _NAN
+        )
+        gen_tok_s = np.where(e2el_ns > 0, out_tokens / (e2el_ns / NS_PER_S), _NAN)
+    errors = [r.error for r in rows]
+    return pd.DataFrame(
         {
-            "concurrency": np.array([r.concurrency for r in rows], dtype=np.int64),
+            "concurrency": np.fromiter((r.concurrency for r in rows), dtype=np.int64, count=n),
             "request_id": [r.request_id for r in rows],
             "phase": [r.phase for r in rows],
             "status": [r.status for r in rows],
-            "error_kind": [r.error.kind if r.error else None for r in rows],
-            "http_status": [r.error.http_status if r.error else None for r in rows],
-            "send_s": send_ns / 1e9,
-            "end_s": (send_ns + end_rel) / 1e9,
-            "ttft_ms": ttft_ns / 1e6,
-            "e2el_ms": e2el_ns / 1e6,
+            "error_kind": [e.kind if e else None for e in errors],
+            "http_status": [e.http_status if e else None for e in errors],
+            "send_s": send_ns / NS_PER_S,
+            "end_s": (send_ns + end_rel) / NS_PER_S,
+            "ttft_ms": ttft_ns / NS_PER_MS,
+            "e2el_ms": e2el_ns / NS_PER_MS,
             "tpot_ms": tpot_ms,
             "prompt_tokens": prompt_tokens,
             "output_tokens": out_tokens,
             "chunks": chunks,
             "decode_tok_s": decode_tok_s,
             "gen_tok_s": gen_tok_s,
+            "finish_reason": [r.finish_reason for r in rows],
+            "multi_token_chunks": multi,
         }
     )
-    return frame
+
+
+def _or_nan(value: int | None) -> float:
+    return _NAN if value is None else float(value)
 
 
 def gap_frame(ts: TraceSet) -> pd.DataFrame:
-    """One row per gap between consecutive content chunks of a measured, successful request."""
-    rows = [r for r in ts.requests if r.phase == "measured" and r.status == "ok" and len(r.chunk_ns) > 1]
+    """One row per gap between consecutive content chunks of a measured, successful request.
+
+    ``at_s`` is the arrival of the chunk that ends the gap (s since the run's origin),
+    ``tokens`` the number of tokens that chunk carried, ``gap_index`` its place in the request
+    (1 = the gap after the first chunk).
+    """
+    rows = [
+        r for r in ts.requests if r.phase == "measured" and r.status == "ok" and len(r.chunk_ns) > 1
+    ]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in GAP_COLUMNS})
-    lengths = np.array([len(r.chunk_ns) for r in rows])
-    offsets = np.concatenate([np.asarray(r.chunk_ns, dtype=np.int64) for r in rows])
-    tokens = np.concatenate([np.asarray(r.chunk_tokens, dtype=np.int64) for r in rows])
+    lengths = np.fromiter((len(r.chunk_ns) for r in rows), dtype=np.int64, count=len(rows))
+    offsets = np.fromiter(
+        (t for r in rows for t in r.chunk_ns), dtype=np.int64, count=int(lengths.sum())
+    )
+    tokens = np.fromiter(
+        (k for r in rows for k in r.chunk_tokens), dtype=np.int64, count=int(lengths.sum())
+    )
     owner = np.repeat(np.arange(len(rows)), lengths)
-    send = np.array([r.send_ns for r in rows], dtype=np.int64)[owner]
-    diffs = np.diff(offsets)
-    keep = owner[1:] == owner[:-1]  # drop the step from one request's last chunk to the next's first
-    idx = np.nonzero(keep)[0] + 1
-    conc = np.array([r.concurrency for r in rows], dtype=np.int64)[owner]
-    rid = np.array([r.request_id for r in rows], dtype=object)[owner]
+    starts = np.cumsum(lengths) - lengths
+    position = np.arange(offsets.size) - starts[owner]
+    keep = position > 0  # every chunk but a request's first ends a gap
+    send = np.fromiter((r.send_ns for r in rows), dtype=np.int64, count=len(rows))
+    conc = np.fromiter((r.concurrency for r in rows), dtype=np.int64, count=len(rows))
+    rid = np.array([r.request_id for r in rows], dtype=object)
+    diffs = np.diff(offsets, prepend=0)
+    gap_owner = owner[keep]
     return pd.DataFrame(
         {
-            "concurrency": conc[idx],
-            "request_id": rid[idx],
-            "at_s": (send[idx] + offsets[idx]) / 1e9,
-            "itl_ms": diffs[keep] / 1e6,
-            "tokens": tokens[idx],
+            "concurrency": conc[gap_owner],
+            "request_id": rid[gap_owner],
+            "at_s": (send[gap_owner] + offsets[keep]) / NS_PER_S,
+            "itl_ms": diffs[keep] / NS_PER_MS,
+            "tokens": tokens[keep],
+            "gap_index": position[keep],
         }
     )
 
 
-def gpus_of(ts: TraceSet) -> int:
+def gpus_of(ts: TraceSet | RunManifest) -> int:
     """TP x PP x DP from the manifest (or the GPU count), at least 1."""
-    cfg = ts.manifest.server.config
+    manifest = ts.manifest if isinstance(ts, TraceSet) else ts
+    cfg = manifest.server.config
     product = 1
     for f in (cfg.tensor_parallel_size, cfg.pipeline_parallel_size, cfg.data_parallel_size):
         v = fact_value(f)
-        if isinstance(v, int | float) and v >= 1:
+        if isinstance(v, int | float) and not isinstance(v, bool) and v >= 1:
             product *= int(v)
     if product == 1:
-        count = fact_value(ts.manifest.hardware.gpu_count)
-        if isinstance(count, int | float) and count >= 1:
+        count = fact_value(manifest.hardware.gpu_count)
+        if isinstance(count, int | float) and not isinstance(count, bool) and count >= 1:
             product = int(count)
     return product
 
@@ -186,46 +245,114 @@ def level_frame(
     p90 / p95 / p99, decode_tok_s_mean / _p50, gen_tok_s_mean / _p50, prompt_tokens_mean,
     output_tokens_mean, multi_token_gap_share, and goodput_rps when ``slos`` is given
     (e.g. ``{"ttft_ms": 500, "tpot_ms": 50}``: a request counts when every value is <= its bound).
+    Added since: cancelled, output_tokens_total, prompt_tokens_total, gaps, basis (``requests``,
+    ``requests+tool_duration`` or ``tool_summary``: where the row's numbers come from).
     """
     req = request_frame(ts) if requests is None else requests
     gap = gap_frame(ts) if gaps is None else gaps
+    source = ts.manifest.source
     n_gpu = gpus_of(ts)
-    rows = []
+    rows: list[dict[str, float | int | str]] = []
+    gap_conc = gap["concurrency"].to_numpy()
+    gap_itl = gap["itl_ms"].to_numpy(dtype=float)
+    gap_tokens = gap["tokens"].to_numpy()
     for conc, grp in req.groupby("concurrency", sort=True):
-        ok = grp[grp["status"] == "ok"]
-        start = grp["send_s"].min()
-        end = np.nanmax(grp["end_s"].to_numpy()) if grp["end_s"].notna().any() else float("nan")
-        duration = float(end - start) if np.isfinite(end) else float("nan")
-        out_tok = float(ok["output_tokens"].sum())
-        in_tok = float(ok["prompt_tokens"].sum())
-        row: dict[str, float | int] = {
-            "concurrency": int(conc),  # type: ignore[call-overload]
-            "requests": len(grp),
-            "completed": len(ok),
-            "failed": len(grp) - len(ok),
-            "duration_s": duration,
-            "output_throughput_tok_s": out_tok / duration if duration > 0 else float("nan"),
-            "request_throughput_rps": len(ok) / duration if duration > 0 else float("nan"),
-            "total_token_throughput_tok_s": (out_tok + in_tok) / duration if duration > 0 else float("nan"),
-        }
-        row["output_throughput_per_gpu_tok_s"] = row["output_throughput_tok_s"] / n_gpu
-        for metric in ("ttft_ms", "tpot_ms", "e2el_ms"):
-            for stat, value in _stats(ok[metric].to_numpy(dtype=float)).items():
-                row[f"{metric}_{stat}"] = value
-        g = gap[gap["concurrency"] == conc]
-        for stat, value in _stats(g["itl_ms"].to_numpy(dtype=float)).items():
-            row[f"itl_ms_{stat}"] = value
-        row["multi_token_gap_share"] = float((g["tokens"] > 1).mean()) if len(g) else float("nan")
-        for metric in ("decode_tok_s", "gen_tok_s"):
-            s = _stats(ok[metric].to_numpy(dtype=float))
-            row[f"{metric}_mean"] = s["mean"]
-            row[f"{metric}_p50"] = s["p50"]
-        row["prompt_tokens_mean"] = float(ok["prompt_tokens"].mean()) if len(ok) else float("nan")
-        row["output_tokens_mean"] = float(ok["output_tokens"].mean()) if len(ok) else float("nan")
-        if slos:
-            good = np.ones(len(ok), dtype=bool)
-            for metric, bound in slos.items():
-                good &= ok[metric].to_numpy(dtype=float) <= bound
-            row["goodput_rps"] = float(good.sum()) / duration if duration > 0 else float("nan")
+        level = int(conc)
+        in_level = gap_conc == level
+        row = _level_row(
+            level,
+            grp,
+            gap_itl[in_level],
+            gap_tokens[in_level],
+            tool=source.summaries.get(str(level), {}),
+            tool_duration=source.send_times == "reconstructed",
+            slos=slos,
+        )
         rows.append(row)
-    return pd.DataFrame(rows)
+    seen = {int(r["concurrency"]) for r in rows}
+    for key, summary in source.summaries.items():
+        if int(key) not in seen:
+            rows.append(_summary_row(int(key), summary))
+    if not rows:
+        return pd.DataFrame(columns=["concurrency", "requests", "completed", "failed"])
+    frame = pd.DataFrame(rows).sort_values("concurrency", kind="stable").reset_index(drop=True)
+    frame["output_throughput_per_gpu_tok_s"] = frame["output_throughput_tok_s"] / n_gpu
+    return frame
+
+
+def _level_row(
+    level: int,
+    grp: pd.DataFrame,
+    itl_ms: np.ndarray,
+    gap_tokens: np.ndarray,
+    *,
+    tool: Mapping[str, float | int | str | None],
+    tool_duration: bool,
+    slos: Mapping[str, float] | None,
+) -> dict[str, float | int | str]:
+    ok_mask = (grp["status"] == "ok").to_numpy()
+    ok = grp[ok_mask]
+    basis = BASIS_REQUESTS
+    tool_value = tool.get("duration_s")
+    if tool_duration and isinstance(tool_value, int | float):
+        duration = float(tool_value)
+        basis = BASIS_TOOL_DURATION
+    else:
+        start = float(grp["send_s"].min())
+        ends = grp["end_s"].to_numpy(dtype=float)
+        end = float(np.nanmax(ends)) if np.isfinite(ends).any() else _NAN
+        duration = end - start if np.isfinite(end) else _NAN
+    out_tok = float(np.nansum(ok["output_tokens"].to_numpy(dtype=float)))
+    in_tok = float(np.nansum(ok["prompt_tokens"].to_numpy(dtype=float)))
+    has_time = duration > 0
+    row: dict[str, float | int | str] = {
+        "concurrency": level,
+        "requests": len(grp),
+        "completed": int(ok_mask.sum()),
+        "failed": int((~ok_mask).sum()),
+        "cancelled": int((grp["status"] == "cancelled").sum()),
+        "duration_s": duration,
+        "output_throughput_tok_s": out_tok / duration if has_time else _NAN,
+        "request_throughput_rps": ok_mask.sum() / duration if has_time else _NAN,
+        "total_token_throughput_tok_s": (out_tok + in_tok) / duration if has_time else _NAN,
+        "output_tokens_total": out_tok,
+        "prompt_tokens_total": in_tok,
+    }
+    for metric in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        for stat, value in stats(ok[metric].to_numpy(dtype=float)).items():
+            row[f"{metric}_{stat}"] = value
+    for stat, value in stats(itl_ms).items():
+        row[f"itl_ms_{stat}"] = value
+    row["gaps"] = int(itl_ms.size)
+    row["multi_token_gap_share"] = float((gap_tokens > 1).mean()) if gap_tokens.size else _NAN
+    for metric in ("decode_tok_s", "gen_tok_s"):
+        s = stats(ok[metric].to_numpy(dtype=float))
+        row[f"{metric}_mean"] = s["mean"]
+        row[f"{metric}_p50"] = s["p50"]
+    row["prompt_tokens_mean"] = float(ok["prompt_tokens"].mean()) if len(ok) else _NAN
+    row["output_tokens_mean"] = float(ok["output_tokens"].mean()) if len(ok) else _NAN
+    if slos:
+        good = np.ones(len(ok), dtype=bool)
+        for metric, bound in slos.items():
+            good &= ok[metric].to_numpy(dtype=float) <= bound
+        row["goodput_rps"] = float(good.sum()) / duration if has_time else _NAN
+    row["basis"] = basis
+    return row
+
+
+def _summary_row(
+    level: int, summary: Mapping[str, float | int | str | None]
+) -> dict[str, float | int | str]:
+    """A level known only from the tool's own summary (fidelity ``summary``)."""
+    row: dict[str, float | int | str] = {"concurrency": level}
+    for key in SUMMARY_KEYS:
+        value = summary.get(key)
+        row[key] = float(value) if isinstance(value, int | float) else _NAN
+    for key in ("requests", "completed", "failed"):
+        value = summary.get(key)
+        row[key] = int(value) if isinstance(value, int | float) else 0
+    if not summary.get("requests"):
+        row["requests"] = int(row["completed"]) + int(row["failed"])
+    row["cancelled"] = 0
+    row["basis"] = BASIS_TOOL_SUMMARY
+    return row

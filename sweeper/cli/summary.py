@@ -1,11 +1,57 @@
-"""Placeholder: replaced by the module's owner."""
+"""``sweeper summary RUN``: a trace set's numbers per level, as rich tables, JSON or CSV.
+
+One library call: :func:`sweeper.summary.summarize` on :func:`sweeper.store.load_trace_set`.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
+from rich.console import Console
+
+from sweeper.cli._common import friendly_errors
+from sweeper.store import DEFAULT_TRACES_DIR, load_trace_set, resolve_run
+from sweeper.summary import render_summary, summarize, summary_csv
 
 
 @click.command("summary")
-def summary_command() -> None:
-    """Not written yet."""
-    raise click.ClickException("not implemented yet")
+@click.argument("run")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="table: rich tables in the terminal; json: the stable contract (docs/summary-json.md); "
+    "csv: one row per level.",
+)
+@click.option(
+    "--traces",
+    "traces_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_TRACES_DIR,
+    show_default=True,
+    help="Where run ids are looked up.",
+)
+@friendly_errors
+def summary_command(run: str, fmt: str, traces_dir: Path) -> None:
+    """Print the per-level numbers of RUN (a trace-set folder, or a run id under --traces).
+
+    \b
+    Examples:
+      sweeper summary qwen7b-4090-20261129
+      sweeper summary traces/qwen7b-4090-20261129 --format json > summary.json
+    """
+    ts = load_trace_set(resolve_run(run, traces_dir))
+    summary = summarize(ts)
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=2, allow_nan=False))
+    elif fmt == "csv":
+        click.echo(summary_csv(summary), nl=False)
+    else:
+        console = Console(width=max(Console().width, 100))
+        render_summary(summary, console)
+        for problem in ts.problems:
+            console.print(f"[yellow]Warning:[/yellow] {problem}")

@@ -1,0 +1,187 @@
+"""A trace set's headline numbers per level: the stable JSON contract, CSV, and rich tables.
+
+:func:`summarize` is what ``sweeper summary RUN --format json`` prints, documented in
+docs/summary-json.md. Its shape is a contract other tools read::
+
+    {"run_id": "...", "levels": [{"concurrency": 8, "completed": 64, "failed": 0,
+      "duration_s": 12.3, "output_throughput_tok_s": 1234.5, "request_throughput_rps": 5.2,
+      "ttft_ms": {"mean": .., "p50": .., "p90": .., "p95": .., "p99": ..},
+      "tpot_ms": {...}, "itl_ms": {...}, "e2el_ms": {...}}, ...]}
+
+Keys may be added (``summary_version``, ``source``, ``notes``, per-level ``requests``,
+``cancelled``, ``total_token_throughput_tok_s``, ``output_throughput_per_gpu_tok_s``, ``basis``,
+``itl_available``, ``tool``); none is renamed or removed. A value that cannot be computed (no ITL
+for a per-request import, no throughput for a level without a time window) is ``null``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from sweeper.metrics import LATENCY_METRICS, STAT_NAMES, level_frame
+from sweeper.store import TraceSet
+
+SUMMARY_VERSION = 1
+
+LEVEL_SCALARS = (
+    "concurrency",
+    "requests",
+    "completed",
+    "failed",
+    "cancelled",
+    "duration_s",
+    "output_throughput_tok_s",
+    "request_throughput_rps",
+    "total_token_throughput_tok_s",
+    "output_throughput_per_gpu_tok_s",
+)
+INT_KEYS = frozenset({"concurrency", "requests", "completed", "failed", "cancelled"})
+
+NOTE_PER_REQUEST = (
+    "ITL is null: the source tool recorded per-request times only (fidelity per_request), "
+    "not each chunk's arrival, so inter-token gaps cannot be computed."
+)
+NOTE_SUMMARY = (
+    "Numbers come from the source tool's own summary (fidelity summary): it kept no "
+    "per-request data, so sweeper could not recompute them."
+)
+NOTE_RECONSTRUCTED = (
+    "The source tool did not record send times: duration and throughputs are the tool's own; "
+    "latencies are recomputed from its per-request records."
+)
+
+
+def _clean(value: Any) -> Any:
+    """NaN / inf -> None; numpy scalars -> Python numbers."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    if not math.isfinite(number):
+        return None
+    return number
+
+
+def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The summary of one trace set as plain JSON-ready Python (see the module docstring)."""
+    frame = level_frame(ts) if levels is None else levels
+    source = ts.manifest.source
+    notes: list[str] = []
+    if source.fidelity == "per_request":
+        notes.append(NOTE_PER_REQUEST)
+    elif source.fidelity == "summary":
+        notes.append(NOTE_SUMMARY)
+    if source.send_times == "reconstructed":
+        notes.append(NOTE_RECONSTRUCTED)
+    out_levels = []
+    for record in frame.to_dict("records"):
+        level: dict[str, Any] = {}
+        for key in LEVEL_SCALARS:
+            value = _clean(record.get(key))
+            if key in INT_KEYS and value is not None:
+                value = int(value)
+            level[key] = value
+        for metric in LATENCY_METRICS:
+            level[metric] = {stat: _clean(record.get(f"{metric}_{stat}")) for stat in STAT_NAMES}
+        level["itl_available"] = level["itl_ms"]["mean"] is not None
+        level["basis"] = record.get("basis")
+        tool = source.summaries.get(str(level["concurrency"]))
+        if tool:
+            level["tool"] = {k: _clean(v) for k, v in tool.items()}
+        out_levels.append(level)
+    return {
+        "summary_version": SUMMARY_VERSION,
+        "run_id": ts.run_id,
+        "source": {
+            "tool": source.tool,
+            "version": source.version,
+            "fidelity": source.fidelity,
+            "send_times": source.send_times,
+        },
+        "notes": notes,
+        "levels": out_levels,
+    }
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary flattened to one dict per level (``ttft_ms_p50``...), for CSV."""
+    rows = []
+    for level in summary["levels"]:
+        row = {key: level.get(key) for key in LEVEL_SCALARS}
+        for metric in LATENCY_METRICS:
+            for stat in STAT_NAMES:
+                row[f"{metric}_{stat}"] = level[metric][stat]
+        row["basis"] = level.get("basis")
+        rows.append(row)
+    return rows
+
+
+def summary_csv(summary: dict[str, Any]) -> str:
+    """CSV text: a header and one row per level; an empty cell where JSON has null."""
+    buffer = io.StringIO()
+    rows = summary_rows(summary)
+    fields = list(rows[0]) if rows else [*LEVEL_SCALARS]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def render_summary(summary: dict[str, Any], console: Console) -> None:
+    """Print the run's overview table (one row per level) and a latency table per level."""
+    src = summary["source"]
+    version = f" {src['version']}" if src.get("version") else ""
+    console.print(
+        f"[bold]{summary['run_id']}[/bold]  source: {src['tool']}{version}, "
+        f"fidelity {src['fidelity']}"
+    )
+    overview = Table(title="Levels", title_justify="left")
+    for header in ("C", "ok", "failed", "duration s", "out tok/s", "req/s", "tok/s/GPU"):
+        overview.add_column(header, justify="right")
+    for level in summary["levels"]:
+        overview.add_row(
+            _fmt(level["concurrency"]),
+            _fmt(level["completed"]),
+            _fmt(level["failed"]),
+            _fmt(level["duration_s"], 2),
+            _fmt(level["output_throughput_tok_s"]),
+            _fmt(level["request_throughput_rps"], 3),
+            _fmt(level["output_throughput_per_gpu_tok_s"]),
+        )
+    console.print(overview)
+    for level in summary["levels"]:
+        table = Table(title=f"C = {level['concurrency']}: latency (ms)", title_justify="left")
+        table.add_column("metric")
+        for stat in STAT_NAMES:
+            table.add_column(stat, justify="right")
+        for metric in LATENCY_METRICS:
+            values = level[metric]
+            label = metric.removesuffix("_ms").upper()
+            if metric == "itl_ms" and not level["itl_available"]:
+                label += " (n/a)"
+            table.add_row(label, *(_fmt(values[stat], 2) for stat in STAT_NAMES))
+        console.print(table)
+    for note in summary["notes"]:
+        console.print(f"[yellow]Note:[/yellow] {note}")
