@@ -119,6 +119,13 @@ class ServerConfig:
                 f"kv_capacity_tokens {self.kv_capacity_tokens} is below one block "
                 f"({self.block_size} tokens)",
             ),
+            (
+                self.mode != "batching"
+                or self.kv_capacity_tokens // self.block_size * self.block_size
+                >= self.max_model_len,
+                f"kv_capacity_tokens {self.kv_capacity_tokens} holds less than one sequence of "
+                f"max_model_len {self.max_model_len}; raise it or lower max_model_len",
+            ),
             (len(self.vocabulary) > 0, "vocabulary must hold at least one word"),
             (
                 all(w and not any(c.isspace() for c in w) for w in self.vocabulary),

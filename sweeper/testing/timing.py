@@ -218,7 +218,11 @@ class BatchingEngine:
         while self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             count = min(seq.kv_len - seq.computed, budget)
-            if not self._allocate(seq, seq.computed + count):
+            # Without preemption, admission reserves the whole sequence so decodes never run out.
+            reserve = (
+                seq.computed + count if self.config.preemption else seq.prompt_len + seq.max_out
+            )
+            if not self._allocate(seq, reserve):
                 break
             self.waiting.popleft()
             self.running.append(seq)
