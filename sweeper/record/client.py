@@ -168,7 +168,8 @@ async def stream_request(
             error = RequestError(kind="server_error", message=_clip(str(exc)))
         except httpx.HTTPError as exc:
             error = RequestError(kind="other", message=_clip(_describe(exc)))
-        end_ns = state.end_ns if state.end_ns is not None else clock() - send_ns
+        # A good stream ends at its last byte; a failed one when the failure was seen.
+        end_ns = state.end_ns if error is None and state.end_ns is not None else clock() - send_ns
         usage = reader.usage or {}
         return RequestTrace(
             concurrency=spec.concurrency,

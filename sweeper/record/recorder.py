@@ -83,6 +83,7 @@ DEFAULT_MAX_ERROR_RATE = 0.2
 PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
 CONNECT_TIMEOUT_S = 10.0
 CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
+REDACTED = "***"
 LIBRARIES = ("httpx", "httpcore", "pydantic", "prometheus_client", "rich", "click", "uvloop")
 
 # User-given server facts ("what the server was started with"): option -> ServerConfig field.
@@ -162,21 +163,21 @@ class RecordConfig:
         return concurrency if self.warmup is None else self.warmup
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with the value of --api-key replaced: argv goes into the manifest."""
+def redact_argv(argv: list[str], secret: str | None = None) -> list[str]:
+    """The command line safe to store: the value of --api-key, any occurrence of ``secret``
+    and credentials in URLs replaced."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
-            out.append("***")
-            hide_next = False
+            arg, hide_next = REDACTED, False
         elif arg == "--api-key":
-            out.append(arg)
             hide_next = True
         elif arg.startswith("--api-key="):
-            out.append("--api-key=***")
-        else:
-            out.append(strip_credentials(arg) if "://" in arg else arg)
+            arg = f"--api-key={REDACTED}"
+        if secret:
+            arg = arg.replace(secret, REDACTED)
+        out.append(strip_credentials(arg) if "://" in arg else arg)
     return out
 
 
@@ -363,7 +364,11 @@ def _new_manifest(
         run_id=run_id,
         started_at=started,
         sweeper_version=__version__,
-        source=Source(tool="sweeper record", version=__version__, command=config.command),
+        source=Source(
+            tool="sweeper record",
+            version=__version__,
+            command=redact_argv(config.command, config.api_key) if config.command else None,
+        ),
         target=Target(
             base_url=info.root,
             endpoint=config.endpoint,
@@ -641,7 +646,8 @@ async def _run_level(
             run.warn(
                 f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
                 f"{summary.p99_ms:.1f} ms, max {summary.max_ms:.1f} ms): ITL there may be inflated "
-                "by up to that much; record fewer streams per process"
+                "by up to that much (this process or the machine was busy: fewer streams per "
+                "process, or a less loaded machine, would help)"
             )
     _check_lengths(run, stats)
     run.progress.level_finished(stats)

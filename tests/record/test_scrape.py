@@ -1,0 +1,66 @@
+"""Prometheus scraping: names and labels kept as exposed, engine families, cache_config facts."""
+
+from __future__ import annotations
+
+from sweeper.record.scrape import (
+    apply_metric_facts,
+    cache_config_facts,
+    engine_from_series,
+    parse_metrics,
+)
+from sweeper.schema import Fact, ServerConfig
+from sweeper.testing.server import ServerThread
+
+OTHER_ENGINES = """\
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.25
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="m"} 0.5
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 3
+# TYPE process_cpu_seconds counter
+process_cpu_seconds_total 12.0
+# TYPE python_gc_objects_collected counter
+python_gc_objects_collected_total{generation="0"} 5
+"""
+
+
+def test_scripted_server_metrics_keep_vllm_names_and_labels(server: ServerThread) -> None:
+    series = parse_metrics(server.metrics_text())
+    names = {s.name for s in series}
+    assert "vllm:num_preemptions_total" in names
+    assert "vllm:kv_cache_usage_perc" in names
+    buckets = [s for s in series if s.name == "vllm:time_to_first_token_seconds_bucket"]
+    assert buckets and all("le" in s.labels for s in buckets)
+    assert any(s.labels["le"] == "+Inf" for s in buckets)
+    assert not any(n.endswith("_created") for n in names)
+    assert engine_from_series(series) == "vllm"
+
+
+def test_other_engine_families_kept_and_process_metrics_dropped() -> None:
+    series = parse_metrics(OTHER_ENGINES)
+    assert {s.name: s.value for s in series} == {
+        "vllm:gpu_cache_usage_perc": 0.25,
+        "sglang:token_usage": 0.5,
+        "llamacpp:requests_processing": 3.0,
+    }
+
+
+def test_cache_config_info_labels_become_facts_and_never_override_known_ones() -> None:
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="128",kv_cache_size_tokens="262144",'
+        'gpu_memory_utilization="0.9",enable_prefix_caching="True",cache_dtype="auto",'
+        'num_gpu_blocks="2048",kv_cache_memory_bytes="268435456",swap_space="4"} 1.0\n'
+    )
+    facts = cache_config_facts(parse_metrics(text))
+    assert facts["kv_cache_tokens"].value == 262144
+    assert facts["block_size"].value == 128
+    assert facts["enable_prefix_caching"].value is True
+    assert facts["gpu_memory_utilization"].value == 0.9
+    assert facts["kv_cache_memory_bytes"].source == "metrics"
+    config = ServerConfig(block_size=Fact(value=16, source="user"))
+    apply_metric_facts(config, facts)
+    assert config.block_size is not None and config.block_size.value == 16
+    assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 2048
+    assert config.extra["swap_space"].value == 4
