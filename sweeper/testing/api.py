@@ -335,7 +335,7 @@ class ScriptedServer:
         metrics.decode_time.observe((end - first) / NS_PER_S)
         metrics.ttft.observe((first - truth.received_ns) / NS_PER_S)
         metrics.e2e_latency.observe((end - truth.received_ns) / NS_PER_S)
-        metrics.prompt_tokens.inc(truth.prompt_tokens)
+        metrics.prompt_tokens += truth.prompt_tokens
         metrics.request_finished(truth.finish_reason or "abort")
 
     async def _respond_whole(
@@ -352,7 +352,7 @@ class ScriptedServer:
             async for count in source:
                 produced += count
         truth.completion_tokens = produced
-        self.metrics.generation_tokens.inc(produced)
+        self.metrics.generation_tokens += produced
         truth.finish_reason = "length" if produced >= truth.max_tokens else "stop"
         text = self._text(0, produced)
         usage = _usage(truth.prompt_tokens, produced)
@@ -520,7 +520,7 @@ class _StreamWriter:
                     itl.observe((now_ns - last_ns) / NS_PER_S)
                 last_ns = now_ns
                 chunks += 1
-                server.metrics.generation_tokens.inc(count)
+                server.metrics.generation_tokens += count
                 if faults.cut_after == chunks:
                     await self._cut()
                 if faults.malformed_after == chunks:
