@@ -291,6 +291,7 @@ def record_command(
             shared_prefix=shared_prefix,
             command=redact_argv(["sweeper", *sys.argv[1:]]),
         )
+        config.check()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     try:

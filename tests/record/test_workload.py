@@ -26,7 +26,7 @@ def test_request_count() -> None:
     assert RequestCount.parse("100").for_level(64) == 100
     assert RequestCount.parse("4x").for_level(16) == 64
     assert RequestCount.parse("4x").for_level(1) == MIN_REQUESTS_PER_LEVEL
-    with pytest.raises(ConfigError, match="e.g. 4x"):
+    with pytest.raises(ConfigError, match=r"e\.g\. 4x"):
         RequestCount.parse("lots")
 
 

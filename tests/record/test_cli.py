@@ -1,0 +1,205 @@
+"""``sweeper record`` as users run it: click's CliRunner for options and messages, and a real
+subprocess for what only a process can show (kill -9, Ctrl-C, --resume)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sweeper.cli import cli
+from sweeper.store import load_trace_set, read_manifest
+from sweeper.testing.server import (
+    FaultRule,
+    ServerThread,
+    closed_port_url,
+    run_server,
+    spawn_server,
+)
+
+SECRET = "sk-env-5ecret-never-on-disk"
+WAIT_S = 30.0
+
+
+def test_help_teaches_every_option_with_defaults() -> None:
+    result = CliRunner().invoke(cli, ["record", "--help"])
+    assert result.exit_code == 0
+    for option in (
+        "--base-url", "--model", "--endpoint", "--input-len", "--output-len", "--concurrency",
+        "--requests-per-level", "--warmup", "--metrics-url", "--scrape-interval", "--server-log",
+        "--gpu", "--gpu-count", "--tp", "--label", "--api-key", "--out", "--run-id", "--resume",
+        "--timeout", "--max-error-rate", "OPENAI_API_KEY", "1,2,4,8,16,32,64",
+        "Examples:",
+    ):  # fmt: skip
+        assert option in result.output, option
+
+
+def test_record_with_key_from_environment(server: ServerThread, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "record",
+            "--base-url",
+            server.base_url + "/v1",
+            "--input-len",
+            "16",
+            "--output-len",
+            "4",
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "cli",
+            "--label",
+            "case=cli",
+            "--quiet",
+        ],  # fmt: skip
+        env={"OPENAI_API_KEY": SECRET},
+    )
+    assert result.exit_code == 0, result.output
+    assert f"recorded {tmp_path / 'cli'}" in result.output
+    ts = load_trace_set(tmp_path / "cli")
+    assert ts.manifest.status == "complete" and len(ts.requests) == (1 + 3) + (2 + 3)
+    assert ts.manifest.labels == {"case": "cli"}
+    for path in (tmp_path / "cli").rglob("*"):
+        assert SECRET not in path.read_text(errors="replace"), path
+
+
+def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["record", "--base-url", closed_port_url(), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: cannot reach the server at")
+
+
+def test_error_rate_exit_status_and_message(tmp_path: Path) -> None:
+    with run_server(ttft_ms=1, itl_ms=1, faults=(FaultRule("http_429", probability=1.0),)) as srv:
+        result = CliRunner().invoke(
+            cli,
+            [
+                "record",
+                "--base-url",
+                srv.base_url,
+                "--input-len",
+                "8",
+                "--output-len",
+                "2",
+                "--concurrency",
+                "2",
+                "--out",
+                str(tmp_path),
+                "--run-id",
+                "e",
+                "--quiet",
+            ],  # fmt: skip
+        )
+    assert result.exit_code == 1
+    assert "Error: stopped the sweep at concurrency 2: error rate 100%" in result.output
+    assert "http 429" in result.output
+    assert read_manifest(tmp_path / "e").status == "aborted"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "1,0"], "not a positive integer"),
+        (["--requests-per-level", "many"], "neither a count"),
+        (["--warmup", "x"], "neither a count"),
+        (["--label", "novalue"], "is not key=value"),
+        (["--run-id", "../up"], "not safe as a folder name"),
+    ],
+)
+def test_bad_options_are_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["record", "--base-url", "http://127.0.0.1:9", "--out", str(tmp_path), *args]
+    )
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# a real process: kill -9, Ctrl-C, --resume
+
+
+def _start(base_url: str, out: Path, *extra: str) -> subprocess.Popen[str]:
+    command = [
+        str(Path(sys.executable).with_name("sweeper")), "record", "--base-url", base_url, "--input-len", "16",
+        "--output-len", "12", "--concurrency", "1,2", "--requests-per-level", "6", "--out", str(out),
+        "--run-id", "r", "--scrape-interval", "0.2", *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") >= count:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"recorder ended early: {proc.communicate()}")
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never reached {count} lines")
+
+
+def _check_complete(folder: Path) -> None:
+    ts = load_trace_set(folder)
+    assert ts.problems == []
+    assert ts.manifest.status == "complete"
+    ids = [r.request_id for r in ts.requests]
+    assert len(ids) == len(set(ids)), "a request was recorded twice"
+    assert sorted(ids) == sorted(
+        [f"c1-{i:05d}" for i in range(1 + 6)] + [f"c2-{i:05d}" for i in range(2 + 6)]
+    )
+    assert all(r.status == "ok" for r in ts.requests)
+    assert [lv.status for lv in ts.manifest.levels] == ["complete", "complete"]
+
+
+def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Path) -> None:
+    with spawn_server(ttft_ms=5, itl_ms=10) as srv:
+        proc = _start(srv.base_url, tmp_path)
+        requests = tmp_path / "r" / "requests.jsonl"
+        _wait_for_lines(requests, 3, proc)
+        proc.kill()  # SIGKILL: no cleanup at all
+        proc.communicate(timeout=WAIT_S)
+        ts = load_trace_set(tmp_path / "r")
+        assert ts.manifest.status == "running"  # nobody got to say otherwise
+        assert 3 <= len(ts.requests) < 7 + 8
+        # As if the kill had landed half-way through writing a line.
+        with requests.open("a") as fh:
+            fh.write('{"concurrency": 1, "request_id": "c1-0')
+        assert any("truncated" in p for p in load_trace_set(tmp_path / "r").problems)
+        resumed = _start(srv.base_url, tmp_path, "--resume")
+        out, err = resumed.communicate(timeout=WAIT_S)
+        assert resumed.returncode == 0, err
+        assert "recorded" in out
+    _check_complete(tmp_path / "r")
+
+
+def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path) -> None:
+    with spawn_server(ttft_ms=5, itl_ms=10) as srv:
+        proc = _start(srv.base_url, tmp_path)
+        _wait_for_lines(tmp_path / "r" / "requests.jsonl", 8, proc)  # inside level 2
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 130, err
+        assert "--resume --run-id r" in err
+        manifest = read_manifest(tmp_path / "r")
+        assert manifest.status == "incomplete"
+        assert [lv.status for lv in manifest.levels] == ["complete", "interrupted"]
+        kept = json.loads((tmp_path / "r" / "manifest.json").read_text())["levels"][1]["message"]
+        assert "resume" in kept
+        resumed = _start(srv.base_url, tmp_path, "--resume")
+        _, err = resumed.communicate(timeout=WAIT_S)
+        assert resumed.returncode == 0, err
+    _check_complete(tmp_path / "r")
