@@ -62,7 +62,7 @@ def test_record_with_key_from_environment(server: ServerThread, tmp_path: Path) 
             "--label",
             "case=cli",
             "--quiet",
-        ],  # fmt: skip
+        ],
         env={"OPENAI_API_KEY": SECRET},
     )
     assert result.exit_code == 0, result.output
@@ -102,7 +102,7 @@ def test_error_rate_exit_status_and_message(tmp_path: Path) -> None:
                 "--run-id",
                 "e",
                 "--quiet",
-            ],  # fmt: skip
+            ],
         )
     assert result.exit_code == 1
     assert "Error: stopped the sweep at concurrency 2: error rate 100%" in result.output
