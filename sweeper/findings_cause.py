@@ -1,0 +1,341 @@
+"""Findings 5 and 11: the cause of the ITL tail, and the recorder's own health.
+
+The cause is read from data, in this order: the recorder's own lag (client overload), the
+server's preemption counter, chunked prefill (the setting, or the stall signature of
+:mod:`sweeper.tail_signature` in the trace), a full KV cache with a waiting queue (admission), and
+the running count at max_num_seqs. What is missing for a verdict is named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sweeper.findings import (
+    Finding,
+    RunData,
+    _finite,
+    _Levels,
+    _Ms,
+    _Msg,
+    _Num,
+    _num,
+    _Pct,
+    _Text,
+    _times,
+    _unknown,
+)
+from sweeper.findings_rules import _itl, tail_levels
+from sweeper.i18n import N_
+from sweeper.tail_signature import StallSignature, stall_signature
+from sweeper.thresholds import Thresholds
+
+# ---------------------------------------------------------------------------------------------
+# 5. The cause of the tail
+
+
+def tail_cause(data: RunData, th: Thresholds) -> Finding:
+    opened = tail_levels(data, th)
+    cfg = "server.config."
+    chunked = data.fact(cfg + "enable_chunked_prefill")
+    budget = data.fact(cfg + "max_num_batched_tokens")
+    max_seqs = data.fact(cfg + "max_num_seqs")
+    levels = opened or data.concurrencies
+    preempt = _sum_server(data, levels, "preemptions_delta")
+    waiting = _max_server(data, levels, "waiting_max")
+    running = _max_server(data, levels, "running_max")
+    kv = _max_server(data, levels, "kv_usage_max")
+    lag = _max_lag(data, levels)
+    sigs = [s for c in opened if (s := _signature(data, c, th)) is not None]
+    sync = _weighted(sigs, "synchronized_share")
+    overlap = _weighted(sigs, "prefill_overlap_share")
+    overlap_normal = _weighted(sigs, "prefill_overlap_share_normal")
+    strong = bool(sigs) and sum(s.strong(th) for s in sigs) * 2 >= len(sigs)
+    numbers: dict[str, Any] = {
+        "cause": "unknown",
+        "levels": opened,
+        "preemptions_delta": _num(preempt, 0),
+        "waiting_max": _num(waiting, 1),
+        "running_max": _num(running, 1),
+        "kv_usage_max": _num(kv),
+        "max_num_seqs": max_seqs,
+        "chunked_prefill": chunked,
+        "max_num_batched_tokens": budget,
+        "synchronized_gap_share": _num(sync),
+        "prefill_overlap_share": _num(overlap),
+        "prefill_overlap_share_normal_gaps": _num(overlap_normal),
+        "stalls": int(sum(s.stalls for s in sigs)) if sigs else None,
+        "client_lag_p99_ms": _num(lag, 3),
+    }
+    uses = ["ITL percentiles per level"]
+    if data.server is not None and data.server["scrapes"].fillna(0).sum() > 0:
+        uses.append("server /metrics: preemptions, waiting, running, KV usage")
+    elif data.server is not None and (data.server.get("gauge_source") == "log").any():
+        uses.append("server log: periodic Running / Waiting / KV usage lines")
+    if chunked is not None:
+        uses.append("server config: enable_chunked_prefill / max_num_batched_tokens")
+    if sigs:
+        uses.append("stall timing across streams (gap and request frames)")
+    missing: list[str] = []
+    if not _finite(preempt):
+        missing.append("the preemption counter (scrape /metrics: vllm:num_preemptions_total)")
+    if chunked is None:
+        missing.append("the chunked-prefill setting (server log or --server-config)")
+    if not sigs and opened:
+        missing.append("per-chunk timestamps of the tail levels (stall timing)")
+
+    def done(cause: str, severity: str, text: _Text) -> Finding:
+        numbers["cause"] = cause
+        return Finding(
+            id="tail_cause",
+            severity=severity,
+            levels=opened,
+            numbers=numbers,
+            text=text.render(),
+            data=uses,
+            missing=missing,
+        )
+
+    if _itl(data) is None:
+        text = _Text().add(
+            N_("The cause of an ITL tail cannot be told: there are no per-token timestamps.")
+        )
+        numbers["cause"] = "unknown"
+        return Finding(
+            id="tail_cause",
+            severity="unknown",
+            numbers=numbers,
+            text=text.render(),
+            data=uses,
+            missing=["per-chunk timestamps (ITL)", *missing],
+        )
+    if not opened:
+        return done(
+            "none", "info", _Text().add(N_("No ITL tail opened, so there is no tail to explain."))
+        )
+    where = _Levels(opened)
+    if _finite(lag) and lag > _lag_limit(data, opened, th):
+        return done(
+            "client_overload",
+            "warning",
+            _Text().add(
+                N_(
+                    "The tail at {where} comes from the recorder itself: its event loop was {lag} late at p99, enough to "
+                    "delay the chunks it timestamps. Record again with more --workers or on a less loaded machine."
+                ),
+                where=where,
+                lag=_Ms(lag),
+            ),
+        )
+    if _finite(preempt) and preempt > 0:
+        text = _Text().add(
+            N_(
+                "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total), "
+                "the waiting queue reached {w} and the KV cache was {kv} full. A preempted request gives up its KV "
+                "cache and is recomputed later, so its stream stalls."
+            ),
+            n=_Num(preempt, 0),
+            where=where,
+            w=_Num(waiting, 0) if _finite(waiting) else "?",
+            kv=_Pct(kv) if _finite(kv) else "?",
+        )
+        return done("preemption", "warning", text)
+    chunked_on = chunked is True or (isinstance(chunked, str) and chunked.lower() == "true")
+    if chunked_on or strong:
+        text = _Text()
+        if _finite(preempt):
+            text.add(
+                N_(
+                    "This is not preemption: the server counted 0 preemptions during {where}, and the waiting "
+                    "queue held at most {w} requests."
+                ),
+                where=where,
+                w=_Num(waiting, 0) if _finite(waiting) else "?",
+            )
+        if chunked_on:
+            budget_words = (
+                _Msg(N_(" with a budget of {n} tokens per step"), {"n": _Num(float(budget), 0)})
+                if _finite(budget)
+                else ""
+            )
+            text.add(
+                N_(
+                    "It is chunked prefill (enable_chunked_prefill=True{budget}): new requests' prefills are cut "
+                    "into chunks and batched with the streams already decoding, so each of those streams waits "
+                    "for the chunk to be computed."
+                ),
+                budget=budget_words,
+            )
+        else:
+            text.add(
+                N_(
+                    "It has the signature of prefill interference: new requests' prefills run in the same steps "
+                    "as the streams already decoding, and each of those streams waits for them."
+                )
+            )
+        if sigs:
+            text.add(
+                N_(
+                    "The trace shows it: {sync} of the {n} long gaps (over {k} the p50 ITL) stall most of the "
+                    "streams at once, and {overlap} of them fall inside another request's prefill (against "
+                    "{normal} of ordinary gaps)."
+                ),
+                sync=_Pct(sync, 0),
+                n=_Num(numbers["stalls"], 0),
+                k=_times(th.long_gap_factor),
+                overlap=_Pct(overlap, 0),
+                normal=_Pct(overlap_normal, 0) if _finite(overlap_normal) else "?",
+            )
+        itl = _itl(data)
+        top = data.concurrencies[-1]
+        p90_top = itl[1][-1] if itl else math.nan
+        p50_top = itl[0][-1] if itl else math.nan
+        if _finite(p90_top) and _finite(p50_top) and p90_top >= th.long_gap_factor * p50_top:
+            text.add(
+                N_(
+                    "At C={c} even p90 ITL is {p90}: more than one gap in ten waits on another request's prefill."
+                ),
+                c=top,
+                p90=_Ms(p90_top),
+            )
+        return done("chunked_prefill", "warning", text)
+    if _finite(kv) and kv >= th.kv_full_fraction and _finite(waiting) and waiting > 0:
+        return done(
+            "kv_admission",
+            "warning",
+            _Text().add(
+                N_(
+                    "The KV cache is full: usage reached {kv} with {w} requests waiting and no preemption, so new "
+                    "requests are admitted only as others finish and free their KV blocks."
+                ),
+                kv=_Pct(kv),
+                w=_Num(waiting, 0),
+            ),
+        )
+    if (
+        _finite(max_seqs)
+        and _finite(running)
+        and running >= float(max_seqs)
+        and _finite(waiting)
+        and waiting > 0
+    ):
+        return done(
+            "max_num_seqs",
+            "warning",
+            _Text().add(
+                N_(
+                    "The scheduler's cap is reached: {r} requests running = max_num_seqs {m}, with {w} waiting; new "
+                    "requests start only as others finish."
+                ),
+                r=_Num(running, 0),
+                m=_Num(float(max_seqs), 0),
+                w=_Num(waiting, 0),
+            ),
+        )
+    text = _Text().add(
+        N_("The cause of the tail at {where} cannot be told from this data: missing {missing}."),
+        where=where,
+        missing="; ".join(missing) or "?",
+    )
+    return done("unknown", "unknown", text)
+
+
+def _sum_server(data: RunData, levels: Sequence[int], name: str) -> float:
+    vals = [data.server_value(c, name) for c in levels]
+    vals = [v for v in vals if _finite(v)]
+    return float(sum(vals)) if vals else math.nan
+
+
+def _max_server(data: RunData, levels: Sequence[int], name: str) -> float:
+    vals = [v for c in levels if _finite(v := data.server_value(c, name))]
+    return float(max(vals)) if vals else math.nan
+
+
+def _lag_by_level(data: RunData) -> dict[int, float]:
+    return {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+
+
+def _max_lag(data: RunData, levels: Sequence[int]) -> float:
+    lags = _lag_by_level(data)
+    vals = [lags[c] for c in levels if c in lags]
+    return float(max(vals)) if vals else math.nan
+
+
+def _lag_limit(data: RunData, levels: Sequence[int], th: Thresholds) -> float:
+    """The lag that distorts ITL: the absolute limit or a fraction of the smallest p50 ITL."""
+    p50 = [data.value(c, "itl_ms_p50") for c in levels]
+    p50 = [v for v in p50 if _finite(v)]
+    relative = th.client_lag_itl_fraction * min(p50) if p50 else math.inf
+    return max(th.client_lag_floor_ms, min(th.client_lag_p99_ms, relative))
+
+
+def _signature(data: RunData, concurrency: int, th: Thresholds) -> StallSignature | None:
+    if data.requests is None or data.gaps is None or data.gaps.empty:
+        return None
+    return stall_signature(concurrency, data.requests, data.gaps, th)
+
+
+def _weighted(sigs: Sequence[StallSignature], attr: str) -> float:
+    pairs = [
+        (getattr(s, attr), s.stalls) for s in sigs if _finite(getattr(s, attr)) and s.stalls > 0
+    ]
+    total = sum(w for _, w in pairs)
+    return float(sum(v * w for v, w in pairs) / total) if total else math.nan
+
+
+# ---------------------------------------------------------------------------------------------
+# 11. Client health
+
+
+def client_health(data: RunData, th: Thresholds) -> Finding:
+    lags = _lag_by_level(data)
+    uses = ["recorder event-loop lag per level (manifest.client.loop_lag)"]
+    if not lags:
+        tool = data.manifest.source.tool
+        text = _Text().add(
+            N_(
+                "Whether the client distorted the timings cannot be checked: the trace set ({tool}) has no "
+                "measurement of the recorder's own event-loop lag."
+            ),
+            tool=tool,
+        )
+        return _unknown("client_health", text, ["manifest.client.loop_lag"], uses)
+    bad = [c for c in data.concurrencies if c in lags and lags[c] > _lag_limit(data, [c], th)]
+    worst_c = max(lags, key=lambda k: lags[k])
+    numbers = {
+        "lag_p99_ms": {str(c): _num(v, 3) for c, v in sorted(lags.items())},
+        "distorted_levels": bad,
+        "worst_lag_p99_ms": _num(lags[worst_c], 3),
+        "worst_at": worst_c,
+    }
+    text = _Text()
+    if bad:
+        text.add(
+            N_(
+                "The recorder lagged at {where}: its event loop ran up to {lag} late at p99, comparable to the ITL "
+                "it measures; ITL percentiles there are inflated. Record with more --workers or on a less loaded "
+                "machine."
+            ),
+            where=_Levels(bad),
+            lag=_Ms(max(lags[c] for c in bad)),
+        )
+        return Finding(
+            id="client_health",
+            severity="warning",
+            levels=bad,
+            numbers=numbers,
+            text=text.render(),
+            data=uses,
+        )
+    text.add(
+        N_(
+            "The recorder kept up: its event-loop lag stayed at or under {lag} at p99 (worst at C={c}), small against "
+            "the gaps it measured."
+        ),
+        lag=_Ms(lags[worst_c]),
+        c=worst_c,
+    )
+    return Finding(
+        id="client_health", severity="info", numbers=numbers, text=text.render(), data=uses
+    )

@@ -1,0 +1,494 @@
+"""Findings 8-10: the recommended operating point, the SLO table, and why per-request speed drops
+with concurrency (the long-input question)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sweeper.findings import (
+    _V,
+    SLO,
+    Finding,
+    RunData,
+    _base,
+    _finite,
+    _Ms,
+    _Msg,
+    _Num,
+    _num,
+    _Pct,
+    _per_level,
+    _slo_words,
+    _Text,
+    _times,
+    _tok_s,
+    _unknown,
+    parse_slos,
+)
+from sweeper.findings_rules import _signed_pct
+from sweeper.i18n import N_
+from sweeper.thresholds import DEFAULT_SLO_TABLE, Thresholds
+
+# ---------------------------------------------------------------------------------------------
+# 8. Recommended operating point, 9. SLO table
+
+
+def default_recommend_slos(th: Thresholds) -> list[SLO]:
+    return [
+        SLO(metric="ttft", stat="p99", bound_ms=th.recommend_ttft_p99_ms),
+        SLO(metric="itl", stat="p50", bound_ms=th.recommend_itl_p50_ms),
+    ]
+
+
+def _usable_slos(data: RunData, slos: Sequence[SLO]) -> tuple[list[SLO], list[SLO]]:
+    """Terms whose column exists (ITL terms vanish on per-request data), and the rest."""
+    ok: list[SLO] = []
+    dropped: list[SLO] = []
+    for s in slos:
+        (ok if data.col(s.column) is not None else dropped).append(s)
+    return ok, dropped
+
+
+def choose_level(data: RunData, slos: Sequence[SLO]) -> int | None:
+    """The highest-throughput level meeting every term."""
+    best, best_t = None, -math.inf
+    for _, row in data.levels.iterrows():
+        t = row.get("output_throughput_tok_s")
+        if not _finite(t) or not all(s.met(row) for s in slos):
+            continue
+        if float(t) > best_t:
+            best, best_t = int(row["concurrency"]), float(t)
+    return best
+
+
+def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Finding:
+    given = list(slos) if slos else default_recommend_slos(th)
+    use, dropped = _usable_slos(data, given)
+    uses = ["throughput and latency percentiles per level (client)"]
+    base = _base(data)
+    if base is None or not use:
+        text = _Text().add(
+            N_(
+                "No operating point can be recommended: it needs throughput and the latencies of the "
+                "service level ({slo})."
+            ),
+            slo=_slo_words(given),
+        )
+        return _unknown(
+            "recommended",
+            text,
+            [f"level_frame.{s.column}" for s in dropped] or ["throughput"],
+            uses,
+        )
+    c = choose_level(data, use)
+    numbers: dict[str, Any] = {
+        "slo": [s.label for s in use],
+        "slo_dropped": [s.label for s in dropped],
+        "slo_source": "user" if slos else "default",
+    }
+    if c is None:
+        low = data.concurrencies[0]
+        text = _Text().add(
+            N_("No level meets {slo}: even C={c} has p99 TTFT {ttft} and p50 ITL {itl}."),
+            slo=_slo_words(use),
+            c=low,
+            ttft=_ms_or_q(data.value(low, "ttft_ms_p99")),
+            itl=_ms_or_q(data.value(low, "itl_ms_p50")),
+        )
+        numbers.update({"concurrency": None})
+        return Finding(
+            id="recommended",
+            severity="warning",
+            numbers=numbers,
+            text=text.render(),
+            data=uses,
+            missing=[s.label for s in dropped],
+        )
+    v = lambda name, cc=c: data.value(cc, name)  # noqa: E731
+    tput = v("output_throughput_tok_s")
+    speedup = tput / base.tok_s
+    itl1 = data.value(base.concurrency, "itl_ms_p50")
+    numbers.update(
+        {
+            "concurrency": c,
+            "throughput_tok_s": _num(tput, 2),
+            "speedup": _num(speedup, 3),
+            "ttft_p50_ms": _num(v("ttft_ms_p50"), 2),
+            "ttft_p99_ms": _num(v("ttft_ms_p99"), 2),
+            "itl_p50_ms": _num(v("itl_ms_p50"), 3),
+            "itl_p99_ms": _num(v("itl_ms_p99"), 3),
+            "tpot_p50_ms": _num(v("tpot_ms_p50"), 3),
+            "e2el_p50_ms": _num(v("e2el_ms_p50"), 1),
+        }
+    )
+    text = _Text()
+    if _finite(v("itl_ms_p50")) and _finite(itl1):
+        text.add(
+            N_(
+                "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "
+                "a single stream) and p99 TTFT {ttft}."
+            ),
+            c=c,
+            tput=_tok_s(tput),
+            speedup=_times(speedup),
+            itl=_Ms(v("itl_ms_p50")),
+            slower=_Pct(v("itl_ms_p50") / itl1 - 1, 0),
+            ttft=_ms_or_q(v("ttft_ms_p99")),
+        )
+    else:
+        text.add(
+            N_("Run at C={c}: {tput} tok/s, {speedup} a single stream, with p99 TTFT {ttft}."),
+            c=c,
+            tput=_tok_s(tput),
+            speedup=_times(speedup),
+            ttft=_ms_or_q(v("ttft_ms_p99")),
+        )
+    cs = data.concurrencies
+    i = cs.index(c)
+    if i + 1 < len(cs):
+        n = cs[i + 1]
+        gain = v("output_throughput_tok_s", n) / tput - 1
+        t0, t1 = v("ttft_ms_p99"), v("ttft_ms_p99", n)
+        breaks = [s.label for s in use if not s.met(data.levels.iloc[i + 1])]
+        numbers["next"] = {
+            "concurrency": n,
+            "throughput_gain": _num(gain),
+            "ttft_p99_ms": _num(t1, 2),
+            "ttft_p99_ratio": _num(t1 / t0 if _finite(t0) and t0 > 0 else math.nan, 3),
+            "itl_p50_ms": _num(v("itl_ms_p50", n), 3),
+            "breaks": breaks,
+        }
+        if _finite(t0) and _finite(t1) and t0 > 0:
+            ratio = t1 / t0
+            lo, hi = th.ttft_doubling_band
+            if lo <= ratio <= hi:
+                text.add(
+                    N_(
+                        "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT doubling to {t1}."
+                    ),
+                    n=n,
+                    gain=_Pct(gain, 0),
+                    t1=_Ms(t1),
+                )
+            else:
+                text.add(
+                    N_(
+                        "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT going to {t1} "
+                        "({ratio})."
+                    ),
+                    n=n,
+                    gain=_Pct(gain, 0),
+                    t1=_Ms(t1),
+                    ratio=_times(ratio),
+                )
+    else:
+        text.add(
+            N_(
+                "C={c} is the highest level swept: throughput may keep growing beyond it within the same service "
+                "level."
+            ),
+            c=c,
+        )
+    if slos:
+        text.add(N_("Service level: {slo}."), slo=_slo_words(use))
+    else:
+        text.add(
+            N_("Service level: {slo} (the default; give --slo for your own)."), slo=_slo_words(use)
+        )
+    return Finding(
+        id="recommended",
+        severity="info",
+        levels=[c],
+        numbers=numbers,
+        text=text.render(),
+        data=uses,
+        missing=[f"{s.label} (no such data)" for s in dropped],
+    )
+
+
+def _ms_or_q(ms: float) -> Any:
+    return _Ms(ms) if _finite(ms) else "?"
+
+
+def slo_table(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Finding:
+    uses = ["throughput and latency percentiles per level (client)"]
+    sets: list[tuple[list[SLO], str]] = [
+        (parse_slos(term), "default") for term in DEFAULT_SLO_TABLE
+    ]
+    if slos:
+        sets.append((list(slos), "user"))
+    rec = choose_level(
+        data, _usable_slos(data, list(slos) if slos else default_recommend_slos(th))[0]
+    )
+    rows: list[dict[str, Any]] = []
+    text = _Text()
+    for terms, origin in sets:
+        use, dropped = _usable_slos(data, terms)
+        if dropped:
+            rows.append(
+                {
+                    "slo": slo_label_of(terms),
+                    "source": origin,
+                    "concurrency": None,
+                    "throughput_tok_s": None,
+                    "ttft_p99_ms": None,
+                    "itl_p50_ms": None,
+                    "recommended": False,
+                    "no_data": True,
+                }
+            )
+            continue
+        c = choose_level(data, use)
+        row = {
+            "slo": slo_label_of(terms),
+            "source": origin,
+            "concurrency": c,
+            "recommended": c is not None and c == rec,
+            "throughput_tok_s": _num(data.value(c, "output_throughput_tok_s"), 2) if c else None,
+            "ttft_p99_ms": _num(data.value(c, "ttft_ms_p99"), 2) if c else None,
+            "itl_p50_ms": _num(data.value(c, "itl_ms_p50"), 3) if c else None,
+            "no_data": False,
+        }
+        rows.append(row)
+        if c is None:
+            text.add(N_("{slo}: no level meets it."), slo=_slo_words(terms))
+        else:
+            text.add(
+                N_("{slo}: C={c}, {tput} tok/s."),
+                slo=_slo_words(terms),
+                c=c,
+                tput=_tok_s(data.value(c, "output_throughput_tok_s")),
+            )
+    answered = [r for r in rows if not r["no_data"]]
+    if not answered:
+        text = _Text().add(
+            N_("No service level can be checked: the latency percentiles are missing.")
+        )
+        return Finding(
+            id="slo_table",
+            severity="unknown",
+            numbers={"rows": rows},
+            text=text.render(),
+            data=uses,
+            missing=["latency percentiles per level"],
+        )
+    missing = [f"{r['slo']} (needs per-chunk timestamps)" for r in rows if r["no_data"]]
+    return Finding(
+        id="slo_table",
+        severity="info",
+        levels=sorted({r["concurrency"] for r in answered if r["concurrency"]}),
+        numbers={"rows": rows},
+        text=text.render(),
+        data=uses,
+        missing=missing,
+    )
+
+
+def slo_label_of(terms: Sequence[SLO]) -> str:
+    return ",".join(s.label for s in terms)
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. Long inputs: why per-request speed drops
+
+
+def long_input(data: RunData, th: Thresholds) -> Finding:
+    uses = ["per-request generation speed and E2EL split per level (client)"]
+    gen = data.col("gen_tok_s_mean")
+    per_gpu = data.col("output_throughput_per_gpu_tok_s")
+    cs = data.concurrencies
+    if gen is None or len(cs) < 2:
+        text = _Text().add(
+            N_(
+                "Per-request speed across levels cannot be compared: it needs per-request times at two "
+                "or more levels."
+            )
+        )
+        return _unknown(
+            "long_input", text, ["per-request TTFT and E2EL at two or more levels"], uses
+        )
+    base_c = cs[0]
+    g0 = float(gen.iloc[0])
+    # The level to explain: the largest drop in per-request speed.
+    drops = [(g0 - float(g)) / g0 if _finite(g) and g0 > 0 else -math.inf for g in gen]
+    i = int(np.argmax(drops))
+    if i == 0:
+        i = len(cs) - 1
+    c = cs[i]
+    g1 = float(gen.iloc[i])
+    prompt = data.value(c, "prompt_tokens_mean")
+    out_tokens = data.value(c, "output_tokens_mean")
+    parts = _attribution(data, base_c, c)
+    server_used = parts.pop("_server")
+    if server_used:
+        uses.append("server queue / prefill / decode histograms")
+    numbers: dict[str, Any] = {
+        "gen_tok_s": _per_level(data, gen, 3),
+        "per_gpu_tok_s": _per_level(data, per_gpu, 3),
+        "base_concurrency": base_c,
+        "concurrency": c,
+        "speed_drop": _num(drops[i]),
+        "prompt_tokens_mean": _num(prompt, 1),
+        "long_input": bool(_finite(prompt) and prompt >= th.long_input_tokens),
+        "added_s": _num(parts.get("added_s"), 4),
+        "attribution": {k: _num(v, 4) for k, v in parts.items() if k != "added_s"},
+        "attribution_source": "server" if server_used else "client",
+    }
+    text = _Text()
+    if per_gpu is not None:
+        text.add(
+            N_(
+                "Per-request generation speed (output tokens ÷ E2EL) falls from {g0} tok/s at C={c0} to {g1} "
+                "tok/s at C={c1} ({drop}), while throughput per GPU goes from {p0} to {p1} tok/s."
+            ),
+            g0=_tok_s(g0),
+            c0=base_c,
+            g1=_tok_s(g1),
+            c1=c,
+            drop=_signed_pct(-drops[i]),
+            p0=_tok_s(float(per_gpu.iloc[0])),
+            p1=_tok_s(float(per_gpu.iloc[i])),
+        )
+    if _finite(prompt):
+        text.add(
+            N_("Requests carry {p} prompt tokens on average for {o} output tokens."),
+            p=_Num(prompt, 0),
+            o=_Num(out_tokens, 0) if _finite(out_tokens) else "?",
+        )
+    added = parts.get("added_s", math.nan)
+    shares = {k: v for k, v in parts.items() if k != "added_s"}
+    if _finite(added) and added > 0 and shares:
+        pos = {k: max(v, 0.0) for k, v in shares.items() if _finite(v)}
+        total = sum(pos.values()) or 1.0
+        names = {
+            "queueing": N_("queueing"),
+            "prefill_interference": N_("prefill interference"),
+            "decode_slowdown": N_("slower decode steps"),
+            "waiting_for_first_token": N_("waiting for the first token (queue + prefill)"),
+            "decode_total": N_("slower decoding"),
+        }
+        share_words = [
+            _Msg(N_("{share} {what}"), {"share": _Pct(v / total, 0), "what": _Msg(names[k])})
+            for k, v in sorted(pos.items(), key=lambda kv: -kv[1])
+        ]
+        text.add(
+            N_("Each request takes {added} longer at C={c}: {parts}."),
+            added=_Ms(added * 1e3),
+            c=c,
+            parts=_Join(share_words),
+        )
+        dominant = max(pos, key=lambda k: pos[k])
+        numbers["dominant"] = dominant
+        advice = {
+            "queueing": N_(
+                "Requests wait for a slot (KV cache or max_num_seqs is full): more concurrency only adds "
+                "waiting."
+            ),
+            "waiting_for_first_token": N_(
+                "Most of the added time passes before the first token (queueing or "
+                "prefill): scrape the server's /metrics to tell the two apart."
+            ),
+            "prefill_interference": N_(
+                "Other requests' prefills slow the streams that are decoding: long prompts "
+                "share every step with them; a larger --max-num-batched-tokens shortens each "
+                "prefill, fewer concurrent long prompts or a separate prefill pool remove the "
+                "interference."
+            ),
+            "decode_slowdown": N_(
+                "Each decode step is slower with more streams (more KV cache read per step): the "
+                "cost of batching, not a fault."
+            ),
+            "decode_total": N_(
+                "The time goes into decoding; without per-token timestamps it cannot be split into "
+                "prefill stalls and slower steps."
+            ),
+        }
+        text.add(advice[dominant])
+    # Speed flat between the two top levels while throughput grows: the server had room.
+    if len(cs) >= 2 and per_gpu is not None:
+        ga, gb = float(gen.iloc[-2]), float(gen.iloc[-1])
+        ta, tb = float(per_gpu.iloc[-2]), float(per_gpu.iloc[-1])
+        if (
+            _finite(ga)
+            and _finite(gb)
+            and ga > 0
+            and abs(gb / ga - 1) < th.plateau_speed_change
+            and _finite(ta)
+            and ta > 0
+            and tb / ta - 1 > th.plateau_throughput_gain
+        ):
+            text.add(
+                N_(
+                    "From C={a} to C={b} per-request speed barely changes ({ga} → {gb} tok/s) while throughput "
+                    "per GPU grows {gain}: at C={a} the server was not saturated."
+                ),
+                a=cs[-2],
+                b=cs[-1],
+                ga=_tok_s(ga),
+                gb=_tok_s(gb),
+                gain=_Pct(tb / ta - 1, 0),
+            )
+    severity = "notice" if drops[i] >= th.speed_drop_notice else "info"
+    return Finding(
+        id="long_input",
+        severity=severity,
+        levels=[base_c, c],
+        numbers=numbers,
+        text=text.render(),
+        data=uses,
+        missing=[] if server_used else ["server queue/prefill/decode histograms (/metrics)"],
+    )
+
+
+class _Join(_V):
+    """A list of rendered parts joined with the language's list separator."""
+
+    def __init__(self, parts: Sequence[_V]) -> None:
+        self.items = list(parts)
+
+    def render(self, lang: str) -> str:
+        sep = "、" if lang == "zh" else ", "
+        return sep.join(p.render(lang) for p in self.items)
+
+
+def _attribution(data: RunData, c0: int, c1: int) -> dict[str, Any]:
+    """Where the added time per request goes, between levels c0 and c1 (seconds)."""
+    v = data.value
+    e0, e1 = v(c0, "e2el_ms_mean"), v(c1, "e2el_ms_mean")
+    added = (e1 - e0) / 1e3 if _finite(e0) and _finite(e1) else math.nan
+    out: dict[str, Any] = {"added_s": added, "_server": False}
+    tokens = v(c1, "output_tokens_mean")
+    steps = tokens - 1 if _finite(tokens) else math.nan
+    itl0, itl1 = v(c0, "itl_ms_p50"), v(c1, "itl_ms_p50")
+    tp0, tp1 = v(c0, "tpot_ms_mean"), v(c1, "tpot_ms_mean")
+    sq0, sq1 = (
+        data.server_value(c0, "queue_time_mean_ms"),
+        data.server_value(c1, "queue_time_mean_ms"),
+    )
+    sp0, sp1 = (
+        data.server_value(c0, "prefill_time_mean_ms"),
+        data.server_value(c1, "prefill_time_mean_ms"),
+    )
+    if all(_finite(x) for x in (sq0, sq1, sp0, sp1)):
+        out["_server"] = True
+        out["queueing"] = (sq1 - sq0) / 1e3
+        own_prefill = (sp1 - sp0) / 1e3
+    else:
+        t0, t1 = v(c0, "ttft_ms_mean"), v(c1, "ttft_ms_mean")
+        if _finite(t0) and _finite(t1):
+            out["waiting_for_first_token"] = (t1 - t0) / 1e3
+        own_prefill = 0.0
+    if all(_finite(x) for x in (itl0, itl1, tp0, tp1, steps)):
+        slower_steps = (itl1 - itl0) * steps / 1e3
+        stalls = ((tp1 - itl1) - (tp0 - itl0)) * steps / 1e3
+        out["decode_slowdown"] = slower_steps
+        out["prefill_interference"] = stalls + own_prefill
+    elif all(_finite(x) for x in (tp0, tp1, steps)):
+        out["decode_total"] = (tp1 - tp0) * steps / 1e3
+        if own_prefill:
+            out["prefill_interference"] = own_prefill
+    return out

@@ -1,0 +1,432 @@
+"""Findings 1-4 (DESIGN.md "Findings"): the roofline, scaling, the knee and the ITL tail, plus the
+helpers the other rule modules share.
+
+One function per finding id, each reading :class:`~sweeper.findings.RunData` and the named
+thresholds of :mod:`sweeper.thresholds`. Every sentence is an English gettext message (marked
+with ``N_``) formatted with named placeholders; the Chinese is in the ``findings`` catalog.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sweeper.findings import (
+    _V,
+    GB,
+    Finding,
+    RunData,
+    _base,
+    _finite,
+    _Ms,
+    _Num,
+    _num,
+    _Pct,
+    _per_level,
+    _Text,
+    _times,
+    _tok_s,
+    _unknown,
+)
+from sweeper.i18n import N_
+from sweeper.thresholds import Thresholds
+
+# ---------------------------------------------------------------------------------------------
+# 1. Single stream vs the memory-bandwidth roofline
+
+
+def roofline(data: RunData, th: Thresholds) -> Finding:
+    uses = [
+        "C=1 output throughput (client)",
+        "hardware.memory_bandwidth_gb_s",
+        "model.weight_bytes",
+        "model.kv_bytes_per_token",
+        "workload input/output lengths",
+    ]
+    bw = data.fact("hardware.memory_bandwidth_gb_s")
+    weight = data.fact("model.weight_bytes")
+    kv = data.fact("model.kv_bytes_per_token")
+    missing = []
+    if not _finite(bw):
+        missing.append("GPU memory bandwidth (hardware.memory_bandwidth_gb_s: give --gpu)")
+    if not _finite(weight):
+        missing.append("model weight bytes (model.weight_bytes: give --model-config)")
+    if 1 not in data.concurrencies:
+        missing.append("a concurrency-1 level (the single stream)")
+    if missing:
+        text = _Text().add(
+            N_(
+                "The single stream cannot be compared with the memory-bandwidth roofline: missing {missing}."
+            ),
+            missing="; ".join(missing),
+        )
+        return _unknown("roofline", text, missing, uses)
+    tp = data.fact("server.config.tensor_parallel_size")
+    tp = int(tp) if _finite(tp) and tp >= 1 else 1
+    total = data.fact("model.parameters")
+    active = data.fact("model.active_parameters")
+    weight_read = float(weight)
+    if _finite(active) and _finite(total) and total > 0:
+        weight_read *= float(active) / float(
+            total
+        )  # a mixture of experts reads only its active experts
+    inp, out = _lengths(data)
+    context = (inp or 0.0) + th.context_output_fraction * (out or 0.0)
+    kv_read = context * float(kv) if _finite(kv) else 0.0
+    per_token = weight_read + kv_read
+    ideal = tp * float(bw) * GB / per_token
+    measured = data.value(1, "output_throughput_tok_s")
+    decode = data.value(1, "decode_tok_s_mean")
+    ratio = measured / ideal
+    text = _Text().add(
+        N_(
+            "A single stream makes {measured} tok/s, {ratio} of the memory-bandwidth roofline of {ideal} tok/s "
+            "({bw} GB/s ÷ {gb} GB read per token: the weights plus the KV cache of a {ctx}-token context)."
+        ),
+        measured=_tok_s(measured),
+        ratio=_Pct(ratio),
+        ideal=_tok_s(ideal),
+        bw=_Num(tp * float(bw), 0),
+        gb=_Num(per_token / GB, 2),
+        ctx=_Num(context, 0),
+    )
+    if ratio >= th.roofline_close:
+        text.add(
+            N_(
+                "Decoding is already bound by memory bandwidth: a single stream cannot get much faster "
+                "on this GPU; more throughput has to come from concurrency."
+            )
+        )
+        severity = "info"
+    elif ratio >= th.roofline_far:
+        text.add(
+            N_(
+                "A single stream leaves part of the bandwidth unused: per-step overheads (scheduling, "
+                "sampling, kernel launches) cost about as much as reading the weights."
+            )
+        )
+        severity = "notice"
+    else:
+        text.add(
+            N_(
+                "A single stream is far from the bandwidth limit: something other than reading the weights "
+                "(CPU, scheduling, kernel launches, the network) limits each decode step."
+            )
+        )
+        severity = "warning"
+    return Finding(
+        id="roofline",
+        severity=severity,
+        levels=[1],
+        numbers={
+            "ideal_tok_s": _num(ideal, 2),
+            "measured_tok_s": _num(measured, 2),
+            "ratio": _num(ratio),
+            "decode_tok_s": _num(decode, 2),
+            "bandwidth_gb_s": _num(tp * float(bw), 1),
+            "bytes_per_token": _num(per_token, 0),
+            "weight_bytes_read": _num(weight_read, 0),
+            "context_tokens": _num(context, 1),
+            "tensor_parallel": tp,
+        },
+        text=text.render(),
+        data=uses,
+        missing=[]
+        if _finite(kv)
+        else ["model.kv_bytes_per_token (the KV read per step is left out)"],
+    )
+
+
+def _lengths(data: RunData) -> tuple[float | None, float | None]:
+    """Input and output tokens per request: as asked (workload), else as measured."""
+    wl = data.manifest.workload
+    inp: float | None = float(wl.input_len) if wl.input_len else None
+    out: float | None = float(wl.output_len) if wl.output_len else None
+    if inp is None and (col := data.col("prompt_tokens_mean")) is not None:
+        inp = float(col.max())
+    if out is None and (col := data.col("output_tokens_mean")) is not None:
+        out = float(col.max())
+    return inp, out
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Scaling efficiency
+
+
+def scaling(data: RunData, th: Thresholds) -> Finding:
+    uses = ["output throughput per level (client)"]
+    base = _base(data)
+    tput = data.col("output_throughput_tok_s")
+    if base is None or tput is None or len(data.concurrencies) < 2:
+        text = _Text().add(
+            N_("Scaling cannot be measured: it needs the output throughput of two or more levels.")
+        )
+        return _unknown("scaling", text, ["output throughput at two or more levels"], uses)
+    eff = [float(t) / (c * base.tok_s) for c, t in zip(data.concurrencies, tput, strict=True)]
+    top = data.concurrencies[-1]
+    speedup = float(tput.iloc[-1]) / base.tok_s
+    below = next(
+        (
+            c
+            for c, e in zip(data.concurrencies, eff, strict=True)
+            if _finite(e) and e < th.scaling_efficiency_min
+        ),
+        None,
+    )
+    text = _Text().add(
+        N_(
+            "Throughput reaches {tput} tok/s at C={top}: {speedup} a single stream for {top}× the concurrency, "
+            "a scaling efficiency of {eff}."
+        ),
+        tput=_tok_s(float(tput.iloc[-1])),
+        top=top,
+        speedup=_times(speedup),
+        eff=_Pct(eff[-1]),
+    )
+    if below is not None:
+        text.add(
+            N_("Efficiency (throughput ÷ (C × {base} tok/s)) falls below {thr} from C={c}."),
+            base=_tok_s(base.tok_s),
+            thr=_Pct(th.scaling_efficiency_min, 0),
+            c=below,
+        )
+    else:
+        text.add(
+            N_(
+                "Efficiency stays at or above {thr} at every level: the sweep has not reached the limit."
+            ),
+            thr=_Pct(th.scaling_efficiency_min, 0),
+        )
+    if base.concurrency != 1:
+        text.add(
+            N_("There is no C=1 level: the single-stream rate is estimated from C={c}."),
+            c=base.concurrency,
+        )
+    return Finding(
+        id="scaling",
+        severity="notice" if below is not None else "info",
+        levels=[below] if below is not None else [],
+        numbers={
+            "efficiency": _per_level(data, eff),
+            "speedup_max": _num(speedup, 3),
+            "top_concurrency": top,
+            "single_stream_tok_s": _num(base.tok_s, 3),
+            "base_concurrency": base.concurrency,
+            "below_threshold_at": below,
+        },
+        text=text.render(),
+        data=uses,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Marginal gain per slot: the knee
+
+
+def knee(data: RunData, th: Thresholds) -> Finding:
+    uses = ["output throughput per level (client)"]
+    base = _base(data)
+    tput = data.col("output_throughput_tok_s")
+    cs = data.concurrencies
+    if base is None or tput is None or len(cs) < 2:
+        text = _Text().add(
+            N_("The knee cannot be located: it needs the output throughput of two or more levels.")
+        )
+        return _unknown("knee", text, ["output throughput at two or more levels"], uses)
+    t = [float(x) for x in tput]
+    gains = [(t[i + 1] - t[i]) / (cs[i + 1] - cs[i]) for i in range(len(cs) - 1)]
+    limit = th.knee_marginal_fraction * base.tok_s
+    at = next((i for i, g in enumerate(gains) if _finite(g) and g < limit), None)
+    marginal = {f"{cs[i]}-{cs[i + 1]}": _num(g, 3) for i, g in enumerate(gains)}
+    first_gain = (t[0] - 0.0) / cs[0]
+    text = _Text()
+    if at is None:
+        text.add(
+            N_(
+                "No knee within the sweep: every added concurrency slot up to C={top} still brings at least "
+                "{frac} of the single stream's {base} tok/s (the last step: {last} tok/s per slot). "
+                "Sweep higher to find it."
+            ),
+            top=cs[-1],
+            frac=_Pct(th.knee_marginal_fraction, 0),
+            base=_tok_s(base.tok_s),
+            last=_tok_s(gains[-1]),
+        )
+        return Finding(
+            id="knee",
+            severity="info",
+            levels=[],
+            numbers={
+                "between": None,
+                "marginal_tok_s_per_slot": marginal,
+                "single_stream_tok_s": _num(base.tok_s, 3),
+                "threshold_tok_s": _num(limit, 3),
+            },
+            text=text.render(),
+            data=uses,
+        )
+    a, b = cs[at], cs[at + 1]
+    text.add(
+        N_(
+            "The knee lies between C={a} and C={b}: from C={a} to C={b} each added concurrency slot brings "
+            "{gain} tok/s, less than {frac} of the single stream's {base} tok/s."
+        ),
+        a=a,
+        b=b,
+        gain=_tok_s(gains[at]),
+        frac=_Pct(th.knee_marginal_fraction, 0),
+        base=_tok_s(base.tok_s),
+    )
+    if at > 0:
+        text.add(N_("Before it a slot still brought {gain} tok/s."), gain=_tok_s(gains[at - 1]))
+    if at < len(gains) - 1:
+        text.add(
+            N_(
+                "By the last step, C={y} to C={z}, a slot brings only {gain} tok/s ({share} of the first)."
+            ),
+            y=cs[-2],
+            z=cs[-1],
+            gain=_tok_s(gains[-1]),
+            share=_Pct(gains[-1] / first_gain if first_gain else math.nan, 0),
+        )
+    return Finding(
+        id="knee",
+        severity="notice",
+        levels=[a, b],
+        numbers={
+            "between": [a, b],
+            "marginal_tok_s_per_slot": marginal,
+            "gain_at_knee_tok_s": _num(gains[at], 3),
+            "single_stream_tok_s": _num(base.tok_s, 3),
+            "threshold_tok_s": _num(limit, 3),
+        },
+        text=text.render(),
+        data=uses,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. ITL tail
+
+
+def _itl(data: RunData) -> tuple[list[float], list[float], list[float]] | None:
+    p50, p90, p99 = data.col("itl_ms_p50"), data.col("itl_ms_p90"), data.col("itl_ms_p99")
+    if p50 is None or p99 is None:
+        return None
+    p90_list = [float(x) for x in p90] if p90 is not None else [math.nan] * len(p50)
+    return [float(x) for x in p50], p90_list, [float(x) for x in p99]
+
+
+def tail_levels(data: RunData, th: Thresholds) -> list[int]:
+    itl = _itl(data)
+    if itl is None:
+        return []
+    p50, _, p99 = itl
+    return [
+        c
+        for c, a, b in zip(data.concurrencies, p50, p99, strict=True)
+        if _finite(a) and _finite(b) and a > 0 and b / a >= th.itl_tail_ratio
+    ]
+
+
+def itl_tail(data: RunData, th: Thresholds) -> Finding:
+    uses = ["per-token chunk arrival times (ITL percentiles per level)"]
+    itl = _itl(data)
+    if itl is None:
+        text = _Text().add(
+            N_(
+                "The ITL tail cannot be measured: ITL needs per-token (per-chunk) timestamps, and this "
+                "trace set has per-request times only."
+            )
+        )
+        return _unknown("itl_tail", text, ["per-chunk timestamps (ITL)"], uses)
+    p50, _, p99 = itl
+    cs = data.concurrencies
+    ratio = [
+        b / a if _finite(a) and _finite(b) and a > 0 else math.nan
+        for a, b in zip(p50, p99, strict=True)
+    ]
+    finite = [(r, c) for r, c in zip(ratio, cs, strict=True) if _finite(r)]
+    if not finite:
+        text = _Text().add(N_("The ITL tail cannot be measured: no level has ITL percentiles."))
+        return _unknown("itl_tail", text, ["ITL percentiles"], uses)
+    max_ratio, max_at = max(finite)
+    opened = tail_levels(data, th)
+    opens_at = opened[0] if opened else None
+    i_first = next(i for i, v in enumerate(p50) if _finite(v))
+    i_last = max(i for i, v in enumerate(p50) if _finite(v))
+    text = _Text()
+    if opens_at is not None:
+        i = cs.index(opens_at)
+        if i > 0 and _finite(p99[i - 1]):
+            text.add(
+                N_(
+                    "The ITL tail opens at C={c}: p99 ITL jumps from {prev} at C={pc} to {p99} ({jump} in one "
+                    "step) while p50 ITL is {p50}."
+                ),
+                c=opens_at,
+                prev=_Ms(p99[i - 1]),
+                pc=cs[i - 1],
+                p99=_Ms(p99[i]),
+                jump=_times(p99[i] / p99[i - 1]),
+                p50=_Ms(p50[i]),
+            )
+        else:
+            text.add(
+                N_(
+                    "The ITL tail is open from the first level, C={c}: p99 ITL {p99} against a p50 of {p50}."
+                ),
+                c=opens_at,
+                p99=_Ms(p99[i]),
+                p50=_Ms(p50[i]),
+            )
+    else:
+        text.add(
+            N_("The ITL tail stays closed: p99 ITL stays under {thr} the p50 at every level."),
+            thr=_times(th.itl_tail_ratio),
+        )
+    text.add(
+        N_(
+            "From C={a} to C={b}, p50 ITL goes from {p50a} to {p50b} ({change}); the largest p99/p50 ratio is "
+            "{ratio} at C={at}, which a mean hides."
+        ),
+        a=cs[i_first],
+        b=cs[i_last],
+        p50a=_Ms(p50[i_first]),
+        p50b=_Ms(p50[i_last]),
+        change=_signed_pct(p50[i_last] / p50[i_first] - 1),
+        ratio=_times(max_ratio),
+        at=max_at,
+    )
+    return Finding(
+        id="itl_tail",
+        severity="warning" if opens_at is not None else "info",
+        levels=opened,
+        numbers={
+            "ratio_p99_p50": _per_level(data, ratio, 3),
+            "opens_at": opens_at,
+            "max_ratio": _num(max_ratio, 3),
+            "max_ratio_at": max_at,
+            "itl_p50_ms": _per_level(data, p50, 3),
+            "itl_p99_ms": _per_level(data, p99, 3),
+            "threshold_ratio": th.itl_tail_ratio,
+        },
+        text=text.render(),
+        data=uses,
+    )
+
+
+class _SignedPct(_V):
+    """A change in percent with its sign (``+9%``, ``-45%``)."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+
+    def render(self, lang: str) -> str:
+        if not _finite(self.fraction):
+            return "?"
+        sign = "+" if self.fraction >= 0 else ""
+        return sign + _Pct(self.fraction, 0).render(lang)
+
+
+def _signed_pct(fraction: float) -> _SignedPct:
+    return _SignedPct(fraction)

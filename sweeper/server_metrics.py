@@ -1,0 +1,356 @@
+"""The server's own view of each concurrency level: scraped Prometheus samples -> one row per level.
+
+:func:`server_level_frame` cuts the scrapes of ``server_metrics.jsonl`` into the time window of
+each level (the manifest's level start/end, else the level's first send to last end) and reduces
+them: gauges (running, waiting, KV usage) to their max and mean over the scrapes inside the
+window; counters (preemptions, prompt / generation tokens, prefix cache) and histograms (sum and
+count of queue, prefill, decode, TTFT, ITL, iteration tokens) to their increase over the window,
+so a histogram's mean for the level is ``delta(sum) / delta(count)``.
+
+Series with the same name but different labels (``engine``, ``model_name``, several servers) are
+summed; KV usage, a fraction per engine, is averaged instead. Old and new vLLM names, SGLang's and
+llama.cpp's are all read. What no scrape says stays NaN: nothing is invented. When there is no
+scrape at all, the periodic "Running / Waiting / KV cache usage" lines of the server log stand in
+for the gauges (column ``gauge_source`` says which it was).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from sweeper.metrics import request_frame
+from sweeper.store import TraceSet
+
+NS_PER_S = 1e9
+MS_PER_S = 1e3
+
+# Each quantity and the sample names that carry it, first match wins (new vLLM, old vLLM,
+# SGLang, llama.cpp). Histograms are named by family; "_sum" / "_count" are appended.
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": (
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "llamacpp:requests_processing",
+    ),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
+    "kv_usage": (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "sglang:token_usage",
+        "llamacpp:kv_cache_usage_ratio",
+    ),
+}
+# Gauges that are a fraction per engine: averaged across series, not summed.
+AVERAGED_GAUGES = frozenset({"kv_usage"})
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    "prompt_tokens": (
+        "vllm:prompt_tokens_total",
+        "sglang:prompt_tokens_total",
+        "llamacpp:prompt_tokens_total",
+    ),
+    "generation_tokens": (
+        "vllm:generation_tokens_total",
+        "sglang:generation_tokens_total",
+        "llamacpp:tokens_predicted_total",
+    ),
+    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+}
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "queue_time": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
+    "prefill_time": ("vllm:request_prefill_time_seconds",),
+    "decode_time": ("vllm:request_decode_time_seconds",),
+    "ttft_server": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "itl_server": (
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+    ),
+    "iteration_tokens": ("vllm:iteration_tokens_total",),
+}
+# Histogram families in seconds: their level means are reported in ms.
+SECONDS_HISTOGRAMS = frozenset(
+    {"queue_time", "prefill_time", "decode_time", "ttft_server", "itl_server"}
+)
+
+SERVER_COLUMNS = [
+    "concurrency",
+    "window_start_s",
+    "window_end_s",
+    "scrapes",
+    "gauge_source",
+    "preemptions_delta",
+    "waiting_max",
+    "waiting_mean",
+    "running_max",
+    "running_mean",
+    "kv_usage_max",
+    "kv_usage_mean",
+    "prompt_tokens_delta",
+    "generation_tokens_delta",
+    "prefix_cache_hit_rate",
+    "queue_time_mean_ms",
+    "prefill_time_mean_ms",
+    "decode_time_mean_ms",
+    "ttft_server_mean_ms",
+    "itl_server_mean_ms",
+    "iteration_tokens_mean",
+]
+
+# Aligning the log's wall-clock lines with the run: the log's time zone is not written down, so
+# candidate offsets from UTC are tried in quarter hours across every zone in use.
+_TZ_STEP_MIN = 15
+_TZ_MIN_H = -12
+_TZ_MAX_H = 14
+_LOG_TIME = re.compile(r"^(?:(\d{4})-)?(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
+
+
+@dataclass(frozen=True)
+class LevelWindow:
+    concurrency: int
+    start_s: float
+    end_s: float
+
+
+def level_windows(ts: TraceSet, requests: pd.DataFrame | None = None) -> list[LevelWindow]:
+    """Each level's window in s on the run's clock: the manifest's start/end when recorded,
+    else the level's first measured send to its last end."""
+    req = request_frame(ts) if requests is None else requests
+    windows: dict[int, LevelWindow] = {}
+    for lv in ts.manifest.levels:
+        if lv.start_ns is not None and lv.end_ns is not None and lv.end_ns > lv.start_ns:
+            windows[lv.concurrency] = LevelWindow(
+                lv.concurrency, lv.start_ns / NS_PER_S, lv.end_ns / NS_PER_S
+            )
+    for conc, grp in req.groupby("concurrency", sort=True):
+        c = int(conc)
+        if c in windows:
+            continue
+        start = float(grp["send_s"].min())
+        ends = grp["end_s"].to_numpy(dtype=float)
+        end = float(np.nanmax(ends)) if np.isfinite(ends).any() else math.nan
+        if math.isfinite(start) and math.isfinite(end) and end > start:
+            windows[c] = LevelWindow(c, start, end)
+    return [windows[c] for c in sorted(windows)]
+
+
+def _series_table(ts: TraceSet) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Scrape times (s) and, per sample name of interest, its value at each scrape (NaN where
+    absent), reduced across label sets (sum, or mean for averaged gauges)."""
+    wanted: dict[str, str] = {}  # sample name -> how to reduce ("sum" / "mean")
+    for key, names in GAUGES.items():
+        for name in names:
+            wanted[name] = "mean" if key in AVERAGED_GAUGES else "sum"
+    for names in COUNTERS.values():
+        for name in names:
+            wanted[name] = "sum"
+    for names in HISTOGRAMS.values():
+        for name in names:
+            wanted[name + "_sum"] = "sum"
+            wanted[name + "_count"] = "sum"
+    samples = sorted((s for s in ts.metrics if s.error is None and s.series), key=lambda s: s.t_ns)
+    times = np.array([s.t_ns / NS_PER_S for s in samples], dtype=float)
+    table: dict[str, np.ndarray] = {}
+    for i, sample in enumerate(samples):
+        acc: dict[str, list[float]] = defaultdict(list)
+        for series in sample.series:
+            if series.name in wanted:
+                acc[series.name].append(series.value)
+        for name, values in acc.items():
+            column = table.setdefault(name, np.full(len(samples), math.nan))
+            column[i] = float(np.mean(values)) if wanted[name] == "mean" else float(np.sum(values))
+    return times, table
+
+
+def _first(table: dict[str, np.ndarray], names: Sequence[str]) -> np.ndarray | None:
+    for name in names:
+        column = table.get(name)
+        if column is not None and np.isfinite(column).any():
+            return column
+    return None
+
+
+def _counter_delta(
+    times: np.ndarray, values: np.ndarray, start: float, end: float, next_start: float
+) -> float:
+    """Increase of a counter over [start, end]. The baseline is the last scrape at or before
+    the start (else the first inside); the end value is the first scrape after the end when it
+    comes before the next level starts (it has seen the level's last requests), else the last
+    scrape inside. A decrease (a restarted server) gives NaN."""
+    ok = np.isfinite(values)
+    t, v = times[ok], values[ok]
+    if t.size == 0:
+        return math.nan
+    before = np.nonzero(t <= start)[0]
+    inside = np.nonzero((t > start) & (t <= end))[0]
+    after = np.nonzero((t > end) & (t < next_start))[0]
+    if before.size:
+        base = v[before[-1]]
+    elif inside.size:
+        base = v[inside[0]]
+    else:
+        return math.nan
+    if after.size:
+        last = v[after[0]]
+    elif inside.size:
+        last = v[inside[-1]]
+    else:
+        return math.nan
+    delta = float(last - base)
+    return delta if delta >= 0 else math.nan
+
+
+def _gauge_stats(
+    times: np.ndarray, values: np.ndarray | None, start: float, end: float
+) -> tuple[float, float]:
+    if values is None:
+        return math.nan, math.nan
+    inside = (times >= start) & (times <= end) & np.isfinite(values)
+    if not inside.any():
+        return math.nan, math.nan
+    return float(values[inside].max()), float(values[inside].mean())
+
+
+def server_level_frame(ts: TraceSet, *, requests: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per concurrency level (columns :data:`SERVER_COLUMNS`); NaN where no data."""
+    windows = level_windows(ts, requests)
+    times, table = _series_table(ts)
+    log_gauges = _log_gauges(ts, windows) if times.size == 0 else {}
+    rows = []
+    for i, w in enumerate(windows):
+        next_start = windows[i + 1].start_s if i + 1 < len(windows) else math.inf
+        in_window = int(((times >= w.start_s) & (times <= w.end_s)).sum()) if times.size else 0
+        row: dict[str, float | int | str | None] = {
+            "concurrency": w.concurrency,
+            "window_start_s": w.start_s,
+            "window_end_s": w.end_s,
+            "scrapes": in_window,
+            "gauge_source": None,
+        }
+        for key, names in GAUGES.items():
+            mx, mean = _gauge_stats(times, _first(table, names), w.start_s, w.end_s)
+            row[f"{key}_max"], row[f"{key}_mean"] = mx, mean
+        if any(math.isfinite(float(row[f"{k}_max"])) for k in GAUGES):  # type: ignore[arg-type]
+            row["gauge_source"] = "metrics"
+        elif w.concurrency in log_gauges:
+            row.update(log_gauges[w.concurrency])
+            row["gauge_source"] = "log"
+        deltas: dict[str, float] = {}
+        for key, names in COUNTERS.items():
+            column = _first(table, names)
+            deltas[key] = (
+                math.nan
+                if column is None
+                else _counter_delta(times, column, w.start_s, w.end_s, next_start)
+            )
+        row["preemptions_delta"] = deltas["preemptions"]
+        row["prompt_tokens_delta"] = deltas["prompt_tokens"]
+        row["generation_tokens_delta"] = deltas["generation_tokens"]
+        queries = deltas["prefix_queries"]
+        row["prefix_cache_hit_rate"] = (
+            deltas["prefix_hits"] / queries if queries and queries > 0 else math.nan
+        )
+        for key, families in HISTOGRAMS.items():
+            mean = math.nan
+            for family in families:
+                s_col, c_col = table.get(family + "_sum"), table.get(family + "_count")
+                if s_col is None or c_col is None:
+                    continue
+                d_sum = _counter_delta(times, s_col, w.start_s, w.end_s, next_start)
+                d_count = _counter_delta(times, c_col, w.start_s, w.end_s, next_start)
+                if math.isfinite(d_sum) and math.isfinite(d_count) and d_count > 0:
+                    mean = d_sum / d_count
+                    break
+            if key in SECONDS_HISTOGRAMS:
+                row[f"{key}_mean_ms"] = mean * MS_PER_S
+            else:
+                row[f"{key}_mean"] = mean
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in SERVER_COLUMNS})
+    return pd.DataFrame(rows, columns=SERVER_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The server log's periodic lines, when nothing was scraped
+
+
+def _log_gauges(ts: TraceSet, windows: list[LevelWindow]) -> dict[int, dict[str, float]]:
+    """Running / waiting / KV usage per level from the log's periodic lines, placed on the run's
+    clock through their wall-clock time. Empty when the log, its times or the run's clock
+    anchor are missing, or when no offset puts any busy line inside a level."""
+    if not ts.server_log or ts.manifest.clock is None or not windows:
+        return {}
+    try:
+        from sweeper.serverlog import parse_server_log
+    except ImportError:  # pragma: no cover - serverlog ships with sweeper
+        return {}
+    stats = parse_server_log(ts.server_log).stats
+    origin = datetime.fromtimestamp(ts.manifest.clock.origin_unix_ns / NS_PER_S, UTC).replace(
+        tzinfo=None
+    )
+    year = ts.manifest.started_at.year
+    naive: list[
+        tuple[float, float, float, float]
+    ] = []  # (s since origin as if UTC, running, waiting, kv)
+    for stat in stats:
+        when = _parse_log_time(stat.time, year)
+        if when is None:
+            continue
+        seconds = (when - origin).total_seconds()
+        naive.append((seconds, stat.running, stat.waiting, stat.kv_usage))
+    if not naive:
+        return {}
+    arr = np.array(naive, dtype=float)
+    busy = arr[:, 1] + arr[:, 2] > 0
+    best_offset, best_hits = None, 0
+    for minutes in range(_TZ_MIN_H * 60, _TZ_MAX_H * 60 + 1, _TZ_STEP_MIN):
+        t = arr[:, 0] - minutes * 60
+        hits = sum(int(((t >= w.start_s) & (t <= w.end_s) & busy).sum()) for w in windows)
+        if hits > best_hits:
+            best_offset, best_hits = minutes, hits
+    if best_offset is None:
+        return {}
+    t = arr[:, 0] - best_offset * 60
+    out: dict[int, dict[str, float]] = {}
+    for w in windows:
+        inside = (t >= w.start_s) & (t <= w.end_s)
+        if not inside.any():
+            continue
+        sel = arr[inside]
+        out[w.concurrency] = {
+            "running_max": float(sel[:, 1].max()),
+            "running_mean": float(sel[:, 1].mean()),
+            "waiting_max": float(sel[:, 2].max()),
+            "waiting_mean": float(sel[:, 2].mean()),
+            "kv_usage_max": float(sel[:, 3].max()),
+            "kv_usage_mean": float(sel[:, 3].mean()),
+        }
+    return out
+
+
+def _parse_log_time(text: str | None, year: int) -> datetime | None:
+    """``"06-03 15:15:30"`` (vLLM, no year: the run's) or ``"2025-06-03 15:15:30"`` (SGLang),
+    as a naive datetime in the log's own (unknown) zone."""
+    if not text:
+        return None
+    m = _LOG_TIME.match(text.strip())
+    if not m:
+        return None
+    y = int(m.group(1)) if m.group(1) else year
+    try:
+        return datetime(y, int(m.group(2)), int(m.group(3))) + timedelta(
+            hours=int(m.group(4)), minutes=int(m.group(5)), seconds=int(m.group(6))
+        )
+    except ValueError:
+        return None

@@ -1,0 +1,105 @@
+"""The thresholds the findings use, as named, documented data (``docs/findings.md`` lists them).
+
+Each one answers "how much is enough to say so?" for one sentence of a finding. They are
+judgement calls, chosen so that the reference report's conclusions come out of its own numbers
+and so that a quiet, healthy sweep gives no alarm; change them by passing another
+:class:`Thresholds` to :func:`sweeper.findings.analyze_run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # 1. roofline
+    roofline_close: float = 0.8
+    """Single-stream tok/s at or above this fraction of the bandwidth roofline: decode is
+    bandwidth-bound (nothing left to gain per stream)."""
+    roofline_far: float = 0.5
+    """Below this fraction: per-step overheads, not memory bandwidth, limit a single stream."""
+    context_output_fraction: float = 0.5
+    """The roofline's context: input tokens + this fraction of the output (the mean context a
+    decode step reads)."""
+
+    # 2. scaling
+    scaling_efficiency_min: float = 0.8
+    """Throughput / (C x single stream) below this: the level where scaling stops being linear."""
+
+    # 3. knee
+    knee_marginal_fraction: float = 0.5
+    """The knee: the first step between levels where each added concurrency slot brings less
+    than this fraction of the single stream's tok/s."""
+
+    # 4. ITL tail
+    itl_tail_ratio: float = 3.0
+    """p99 ITL / p50 ITL at or above this: the tail has opened (a few gaps are many times the
+    typical one)."""
+
+    # 5. tail cause (timing signature in the trace)
+    long_gap_factor: float = 3.0
+    """A gap longer than this x the level's p50 ITL is a stall."""
+    sync_others_fraction: float = 0.5
+    """A stall is synchronized when at least this fraction of the other streams decoding at that
+    moment stall in the same window."""
+    sync_signature_share: float = 0.5
+    """At least this share of the stalls synchronized: they come from a step every stream waits
+    on (a batched prefill chunk), not from one request's own trouble."""
+    prefill_overlap_share: float = 0.5
+    """At least this share of the stalls falls inside another request's prefill window
+    (its send .. its first token)."""
+    signature_max_gaps: int = 2000
+    """Stalls examined per level at most (evenly spaced), to bound the work on huge sweeps."""
+    kv_full_fraction: float = 0.95
+    """KV usage at or above this fraction: the pool is full."""
+
+    # 6. KV ceiling
+    kv_warning_occupancy: float = 0.9
+    """A level needing this fraction of the KV pool or more is close to the ceiling."""
+
+    # 7. memory headroom
+    memory_reserve_bytes: int = 512 * MIB
+    """Kept free when estimating how large the KV cache could be (when the server gives no
+    --kv-cache-memory suggestion of its own)."""
+
+    # 8. recommended operating point (when no --slo is given)
+    recommend_ttft_p99_ms: float = 2000.0
+    """Default service level for the recommendation: p99 TTFT at most this."""
+    recommend_itl_p50_ms: float = 50.0
+    """... and p50 ITL at most this."""
+    ttft_doubling_band: tuple[float, float] = (1.8, 2.2)
+    """A p99 TTFT ratio inside this band is said to "double"."""
+
+    # 10. long inputs
+    long_input_tokens: int = 8192
+    """Prompts this long or longer on average make a long-input workload."""
+    speed_drop_notice: float = 0.3
+    """Per-request generation speed falling by this fraction or more from the base level is
+    worth a notice."""
+    plateau_speed_change: float = 0.1
+    """Between two levels, a per-request speed change under this fraction while throughput grows
+    more than ``plateau_throughput_gain``: the server still had room at the lower level."""
+    plateau_throughput_gain: float = 0.2
+
+    # 11. client health
+    client_lag_p99_ms: float = 5.0
+    """The recorder's event-loop lag at p99 above this (ms) distorts any ITL..."""
+    client_lag_itl_fraction: float = 0.25
+    """... as does a lag above this fraction of the level's p50 ITL..."""
+    client_lag_floor_ms: float = 1.0
+    """... but never a lag under this (ms): timer jitter of a healthy loop."""
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+# Finding 9: the service levels every report tables (DESIGN.md "Findings" 9).
+DEFAULT_SLO_TABLE: tuple[str, ...] = (
+    "ttft_p99<=0.5s",
+    "ttft_p99<=1s",
+    "ttft_p99<=2s",
+    "itl_p50<=20ms",
+    "itl_p50<=50ms",
+)
