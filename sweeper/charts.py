@@ -5,7 +5,8 @@ No I/O and no translation happen here: :mod:`sweeper.pages` aggregates the numbe
 whose ``to_dict()`` is a complete Vega-Lite v6 spec (``$schema`` included, data inline), so it can
 be embedded in a page, validated against the schema, or rendered offline by vl-convert.
 
-Label keys each function reads are listed in :data:`LABEL_KEYS`; a missing key falls back to the
+Label keys each function reads are listed in :data:`LABEL_KEYS` (marked for extraction into
+the ``pages`` catalog, translated by the caller); a missing key falls back to the
 English word, so a caller can pass only what it translated.
 
 Charts: :func:`chart_throughput_latency`, :func:`chart_scaling`, :func:`chart_marginal_gain`,
@@ -22,6 +23,8 @@ from typing import Any
 import altair as alt
 import numpy as np
 import pandas as pd
+
+from sweeper.i18n import N_
 
 CHART_WIDTH_PX = 560
 CHART_HEIGHT_PX = 300
@@ -42,71 +45,71 @@ _BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _GREY = (
 
 LABEL_KEYS: dict[str, dict[str, str]] = {
     "throughput_latency": {
-        "x": "Output throughput (tok/s)",
-        "y": "TTFT (ms, log scale)",
-        "p50": "p50 TTFT",
-        "p99": "p99 TTFT",
-        "series": "Percentile",
-        "slo": "SLO",
-        "concurrency": "Concurrency",
+        "x": N_("Output throughput (tok/s)"),
+        "y": N_("TTFT (ms, log scale)"),
+        "p50": N_("p50 TTFT"),
+        "p99": N_("p99 TTFT"),
+        "series": N_("Percentile"),
+        "slo": N_("SLO"),
+        "concurrency": N_("Concurrency"),
     },
     "scaling": {
-        "x": "Concurrency (log scale)",
-        "y": "Output throughput (tok/s, log scale)",
-        "measured": "Measured",
-        "ideal": "Ideal linear",
-        "series": "Series",
-        "efficiency": "Efficiency",
+        "x": N_("Concurrency (log scale)"),
+        "y": N_("Output throughput (tok/s, log scale)"),
+        "measured": N_("Measured"),
+        "ideal": N_("Ideal linear"),
+        "series": N_("Series"),
+        "efficiency": N_("Efficiency"),
     },
     "marginal_gain": {
-        "x": "Concurrency step",
-        "y": "Added tok/s per added slot",
-        "reference": "Single stream",
+        "x": N_("Concurrency step"),
+        "y": N_("Added tok/s per added slot"),
+        "reference": N_("Single stream"),
     },
     "itl_split": {
-        "x": "Concurrency",
-        "y": "ITL (ms, log scale)",
-        "series": "Statistic",
-        "p50": "p50",
-        "p90": "p90",
-        "p99": "p99",
-        "mean": "mean",
-        "band": "p50-p99",
+        "x": N_("Concurrency"),
+        "y": N_("ITL (ms, log scale)"),
+        "series": N_("Statistic"),
+        "p50": N_("p50"),
+        "p90": N_("p90"),
+        "p99": N_("p99"),
+        "mean": N_("mean"),
+        "band": N_("p50-p99"),
     },
     "e2el_breakdown": {
-        "x": "Concurrency",
-        "y": "E2EL at p50 (ms)",
-        "ttft": "TTFT (first token)",
-        "decode": "Decode",
-        "part": "Part",
+        "x": N_("Concurrency"),
+        "y": N_("E2EL at p50 (ms)"),
+        "ttft": N_("TTFT (first token)"),
+        "decode": N_("Decode"),
+        "part": N_("Part"),
     },
     "kv_occupancy": {
-        "x": "Concurrency",
-        "y": "KV pool occupancy",
-        "needed": "Needed (C x tokens per request)",
-        "observed": "Observed peak",
-        "ceiling": "Pool capacity",
-        "series": "Series",
+        "x": N_("Concurrency"),
+        "y": N_("KV pool occupancy"),
+        "needed": N_("Needed (C x tokens per request)"),
+        "observed": N_("Observed peak"),
+        "ceiling": N_("Pool capacity"),
+        "series": N_("Series"),
     },
     "request_timeline": {
-        "x": "Seconds since the level started",
-        "y": "Request (in send order)",
-        "wait": "Waiting for the first token",
-        "decode": "Decode",
-        "first_token": "First token",
-        "part": "Part",
+        "x": N_("Seconds since the level started"),
+        "y": N_("Request (in send order)"),
+        "wait": N_("Waiting for the first token"),
+        "decode": N_("Decode"),
+        "first_token": N_("First token"),
+        "part": N_("Part"),
     },
     "compare_latency": {
-        "x": "Output throughput (tok/s)",
-        "y": "p99 TTFT (ms, log scale)",
-        "run": "Run",
-        "concurrency": "Concurrency",
+        "x": N_("Output throughput (tok/s)"),
+        "y": N_("p99 TTFT (ms, log scale)"),
+        "run": N_("Run"),
+        "concurrency": N_("Concurrency"),
     },
     "compare_per_gpu": {
-        "x": "Tokens/s per user (p50 generation speed)",
-        "y": "Output throughput per GPU (tok/s)",
-        "run": "Run",
-        "concurrency": "Concurrency",
+        "x": N_("Tokens/s per user (p50 generation speed)"),
+        "y": N_("Output throughput per GPU (tok/s)"),
+        "run": N_("Run"),
+        "concurrency": N_("Concurrency"),
     },
 }
 

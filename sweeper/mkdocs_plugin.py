@@ -1,0 +1,177 @@
+"""The ``sweeper`` MkDocs plugin: report pages generated inside every ``mkdocs build`` / ``serve``.
+
+::
+
+    plugins:
+      - sweeper:
+          traces_dir: traces        # relative to mkdocs.yml
+
+On each build it reads every trace set of ``traces_dir`` and writes the report pages (en + zh),
+the index and the comparison pages into generated folders of the docs folder (``runs/``,
+``compare/``; see :mod:`sweeper.site`), adds them to the navigation after ``runs/index.md``,
+serves the chart script, its CSS and the Vega bundle from the site itself, and tells
+``mkdocs serve`` to watch ``traces_dir`` so a new or changed trace set regenerates its page.
+
+It also carries the small fixes the site stack needs (SITE_NOTES.md):
+
+- ``.ipynb`` counts as a documentation page, so mkdocs-static-i18n hands notebooks to
+  mkdocs-jupyter instead of copying them as raw JSON (mkdocs-static-i18n issue 198);
+- the language links (header and ``<link rel="alternate">``) point at each language's root,
+  and each language folder gets a copy of ``sitemap.xml``: Material fetches
+  ``<alternate>/sitemap.xml`` for every alternate link, which 404s for page-level links;
+- the i18n plugin's warning that its contextual language link does not survive Material's
+  instant navigation is filtered (the language link in ``sweeper-charts.js`` does a full page
+  load of the same page in the other language instead), so ``mkdocs build --strict`` passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mkdocs.utils
+from mkdocs.config import config_options
+from mkdocs.config.base import Config
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.plugins import BasePlugin, event_priority
+from mkdocs.structure.files import File, Files
+
+from sweeper import site
+from sweeper.i18n import DEFAULT_LANGUAGE, LANGUAGES
+
+log = logging.getLogger("mkdocs.plugins.sweeper")
+
+ASSETS_DIR = Path(__file__).parent / "assets"
+ASSETS_URL = "assets/sweeper"
+CHART_SCRIPT = "sweeper-charts.js"
+STYLESHEET = "sweeper.css"
+VEGA_BUNDLE = "vega-bundle.js"
+NOTEBOOK_EXTENSION = ".ipynb"
+_I18N_LOGGERS = ("mkdocs.plugins.mkdocs_static_i18n.reconfigure", "mkdocs.plugins.mkdocs_static_i18n")
+_INSTANT_WARNING = "language switcher contextual link is not compatible"
+
+
+class _DropInstantNavigationWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _INSTANT_WARNING not in record.getMessage()
+
+
+_FILTER = _DropInstantNavigationWarning()
+
+
+def cache_dir() -> Path:
+    """Where generated assets are cached between builds: ``$SWEEPER_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/sweeper``, else ``~/.cache/sweeper``."""
+    if env := os.environ.get("SWEEPER_CACHE_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sweeper"
+
+
+def vega_bundle(folder: Path | None = None) -> Path:
+    """vega + vega-lite + vega-embed as one script, built by vl-convert (about 0.9 MB, about 2 s
+    to build) and cached per vl-convert version. It declares top-level constants, so it is
+    wrapped in a function scope: two scripts on one page must not clash."""
+    import vl_convert
+
+    folder = folder or cache_dir()
+    path = folder / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    text = "(function () {\n" + vl_convert.javascript_bundle() + "\n})();\n"
+    fd, tmp = tempfile.mkstemp(prefix=".vega-bundle.", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def _extend_nav(nav: list[Any], generated: list[str]) -> bool:
+    """Put the generated pages after the index entry (``runs/index.md``) wherever it is listed."""
+    index = generated[0]
+    for position, item in enumerate(nav):
+        value = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else item
+        if value == index:
+            present = {v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])}
+            nav[position + 1 : position + 1] = [p for p in generated[1:] if p not in present]
+            return True
+        if isinstance(value, list) and _extend_nav(value, generated):
+            return True
+    return False
+
+
+class SweeperPluginConfig(Config):
+    traces_dir = config_options.Type(str, default="traces")
+    enabled = config_options.Type(bool, default=True)
+
+
+class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.traces_path: Path | None = None
+
+    def on_config(self, config: MkDocsConfig) -> MkDocsConfig:
+        if NOTEBOOK_EXTENSION not in mkdocs.utils.markdown_extensions:
+            mkdocs.utils.markdown_extensions = (*mkdocs.utils.markdown_extensions, NOTEBOOK_EXTENSION)
+        for name in _I18N_LOGGERS:
+            logger = logging.getLogger(name)
+            if _FILTER not in logger.filters:
+                logger.addFilter(_FILTER)
+        config.extra_css.append(f"{ASSETS_URL}/{STYLESHEET}")
+        config.extra_javascript.append(f"{ASSETS_URL}/{VEGA_BUNDLE}")
+        config.extra_javascript.append(f"{ASSETS_URL}/{CHART_SCRIPT}")
+        if not self.config.enabled:
+            return config
+        root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
+        self.traces_path = (root / self.config.traces_dir).resolve()
+        pages = site.generate_pages(self.traces_path)
+        written = site.write_pages(pages, Path(config.docs_dir))
+        if written:
+            log.info("sweeper: %d report page(s) written from %s", written, self.traces_path)
+        if config.nav is not None and not _extend_nav(config.nav, site.generated_nav(pages)):
+            log.info("sweeper: runs/index.md is not in the nav; run pages are reachable from the index only")
+        return config
+
+    def on_files(self, files: Files, *, config: MkDocsConfig) -> Files:
+        bundle = vega_bundle()
+        sources = [(ASSETS_DIR / CHART_SCRIPT, CHART_SCRIPT), (ASSETS_DIR / STYLESHEET, STYLESHEET), (bundle, VEGA_BUNDLE)]
+        for path, name in sources:
+            files.append(
+                File(
+                    path.name,
+                    str(path.parent),
+                    config.site_dir,
+                    config.use_directory_urls,
+                    dest_uri=f"{ASSETS_URL}/{name}",
+                )
+            )
+        return files
+
+    @event_priority(-50)  # after mkdocs-static-i18n made the links point at this page (50)
+    def on_page_context(self, context: Any, *, page: Any, config: MkDocsConfig, nav: Any) -> Any:
+        # mkdocs-static-i18n sets the attribute (not the mapping item), and Jinja reads it first.
+        for alternate in getattr(config.extra, "alternate", None) or []:
+            lang = alternate.get("lang")
+            if lang in LANGUAGES:
+                alternate["link"] = "./" if lang == DEFAULT_LANGUAGE else f"{lang}/"
+        return context
+
+    @event_priority(-200)  # after mkdocs-static-i18n built the other languages (-100)
+    def on_post_build(self, *, config: MkDocsConfig) -> None:
+        site_dir = Path(config.site_dir)
+        for name in ("sitemap.xml", "sitemap.xml.gz"):
+            source = site_dir / name
+            for lang in LANGUAGES:
+                target = site_dir / lang / name
+                if lang != DEFAULT_LANGUAGE and source.exists() and target.parent.is_dir():
+                    target.write_bytes(source.read_bytes())
+
+    def on_serve(self, server: Any, *, config: MkDocsConfig, builder: Any) -> Any:
+        if self.traces_path is not None:
+            self.traces_path.mkdir(parents=True, exist_ok=True)
+            server.watch(str(self.traces_path))
+        return server

@@ -1,0 +1,387 @@
+"""The build: every trace set in ``traces/`` -> report pages (en + zh), the index and comparisons.
+
+::
+
+    pages = generate_pages(Path("traces"))           # {"runs/<id>/index.md": "...", ...}
+    write_pages(pages, Path("docs"))                  # only changed files are written
+
+The MkDocs plugin (:mod:`sweeper.mkdocs_plugin`) calls these inside every ``mkdocs build`` /
+``serve``; ``sweeper build`` calls them to write the same Markdown for people who want the files.
+
+Layout (suffix structure of mkdocs-static-i18n: ``page.md`` is English, ``page.zh.md`` Chinese)::
+
+    runs/index.md, runs/index.zh.md                   every run: GPU, model, engine, date, headline numbers
+    runs/<run-id>/index.md, index.zh.md               one report per run
+    compare/<model>/index.md, index.zh.md             runs of the same model, overlaid
+
+A trace set that cannot be read gets an entry on the index naming the file and the problem; the
+other runs still publish. Pages are cached per trace set (keyed by its files' sizes and times), so
+the second language's build and ``mkdocs serve`` rebuilds cost nothing for unchanged runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pandas as pd
+
+from sweeper import charts
+from sweeper.errors import SweeperError
+from sweeper.i18n import LANGUAGES, fmt_date, fmt_number
+from sweeper.pages import (
+    RunData,
+    chart_html,
+    collect_run,
+    engine_title,
+    esc,
+    front_matter,
+    gpu_title,
+    model_title,
+    peak_level,
+    render_run_page,
+    run_title,
+    tr,
+)
+from sweeper.schema import MANIFEST_FILE
+from sweeper.store import load_trace_set
+
+log = logging.getLogger("sweeper.site")
+
+RUNS_DIR = "runs"
+COMPARE_DIR = "compare"
+GENERATED_DIRS = (RUNS_DIR, COMPARE_DIR)
+# Written into each generated folder: only folders carrying it are ever cleaned by sweeper.
+SENTINEL = ".sweeper-generated"
+_SLUG_MAX = 48
+
+
+@dataclass
+class RunEntry:
+    """One folder of ``traces/``: its report data, or the reason it could not be read."""
+
+    folder: Path
+    run: RunData | None = None
+    error: str | None = None
+    pages: dict[str, str] | None = None
+
+
+# (folder, fingerprint) -> entry; lets repeated builds in one process skip unchanged runs.
+_CACHE: dict[Path, tuple[str, RunEntry]] = {}
+
+
+def page_path(relative: str, lang: str) -> str:
+    """``runs/x/index.md`` in ``lang``: the suffix layout of mkdocs-static-i18n."""
+    if lang == LANGUAGES[0]:
+        return relative
+    stem, _, ext = relative.rpartition(".")
+    return f"{stem}.{lang}.{ext}"
+
+
+def candidate_folders(traces_dir: Path) -> list[Path]:
+    """Folders of ``traces_dir`` that are (or look like) trace sets: a manifest or request files.
+    Dot-folders (a writer's temporary folders) are skipped."""
+    if not traces_dir.is_dir():
+        return []
+    found = []
+    for folder in sorted(traces_dir.iterdir()):
+        if not folder.is_dir() or folder.name.startswith("."):
+            continue
+        if (folder / MANIFEST_FILE).exists() or any(folder.glob("requests*.jsonl*")):
+            found.append(folder)
+    return found
+
+
+def _fingerprint(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file():
+            stat = path.stat()
+            digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def load_entry(folder: Path) -> RunEntry:
+    """Read one trace set and render its pages; a failure becomes an entry with the error."""
+    key = folder.resolve()
+    fingerprint = _fingerprint(folder)
+    cached = _CACHE.get(key)
+    if cached is not None and cached[0] == fingerprint:
+        return cached[1]
+    entry = RunEntry(folder)
+    try:
+        run = collect_run(load_trace_set(folder))
+        entry.pages = {
+            page_path(f"{RUNS_DIR}/{run.run_id}/index.md", lang): render_run_page(run, lang) for lang in LANGUAGES
+        }
+        entry.run = run
+    except SweeperError as exc:
+        entry.error = str(exc)
+        log.info("trace set %s left out of the site: %s", folder, exc)
+    except Exception as exc:  # a bug in sweeper must not take the other runs down with it
+        entry.error = f"{folder}: {type(exc).__name__}: {exc}"
+        log.warning("trace set %s could not be turned into a page: %s", folder, entry.error)
+    _CACHE[key] = (fingerprint, entry)
+    return entry
+
+
+def load_entries(traces_dir: Path) -> list[RunEntry]:
+    return [load_entry(folder) for folder in candidate_folders(traces_dir)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Index and comparisons
+
+
+def model_slug(model: str) -> str:
+    """A folder name for a model: readable part + a short hash (two names never collide)."""
+    readable = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:_SLUG_MAX] or "model"
+    return f"{readable}-{hashlib.sha256(model.encode()).hexdigest()[:6]}"
+
+
+def comparison_groups(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
+    """Runs grouped by model (only models with two runs or more)."""
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(model_title(run.ts), []).append(run)
+    return {model: sorted(rs, key=lambda r: r.run_id) for model, rs in groups.items() if len(rs) > 1}
+
+
+def _link(text: str, target: str) -> str:
+    return f"[{text}]({quote(target)})"
+
+
+def _headline_numbers(run: RunData, lang: str) -> tuple[str, str, str]:
+    peak = peak_level(run.levels)
+    peak_text = "–"
+    if peak is not None:
+        peak_text = f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} (C={int(peak['concurrency'])})"
+    first = run.levels.dropna(subset=["output_throughput_tok_s"]).head(1)
+    single = "–"
+    if not first.empty:
+        single = fmt_number(float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0]), lang, 1)
+    recommended = run.known("recommended")
+    rec = f"C={recommended.numbers.get('concurrency')}" if recommended is not None else "–"
+    return peak_text, single, rec
+
+
+def render_index(entries: list[RunEntry], comparisons: Mapping[str, list[RunData]], lang: str) -> str:
+    """The list of every run, the comparisons, and the trace sets that could not be read."""
+    parts = [front_matter(tr(lang, "Runs")), "# " + html.escape(tr(lang, "Runs"))]
+    runs = sorted((e.run for e in entries if e.run is not None), key=lambda r: r.ts.manifest.started_at, reverse=True)
+    if runs:
+        parts.append(
+            html.escape(
+                tr(lang, "Every trace set in traces/, newest first. Peak throughput in output tok/s at the level where it was reached.")
+            )
+        )
+        header = [
+            tr(lang, "Run"),
+            tr(lang, "Model"),
+            tr(lang, "GPU"),
+            tr(lang, "Engine"),
+            tr(lang, "Date"),
+            tr(lang, "Peak tok/s"),
+            tr(lang, "Per stream tok/s"),
+            tr(lang, "Recommended"),
+        ]
+        rows = []
+        for run in runs:
+            peak, single, rec = _headline_numbers(run, lang)
+            rows.append(
+                [
+                    _link(esc(run.run_id), f"{run.run_id}/index.md"),
+                    esc(model_title(run.ts)),
+                    esc(gpu_title(run.ts, lang) or "–"),
+                    esc(engine_title(run.ts) or "–"),
+                    fmt_date(run.ts.manifest.started_at, lang),
+                    peak,
+                    single,
+                    rec,
+                ]
+            )
+        parts.append(_markdown_table(header, rows))
+    else:
+        parts.append(
+            html.escape(tr(lang, "No trace set yet: record one with `sweeper record` or bring one in with `sweeper import`."))
+        )
+    if comparisons:
+        parts.append("## " + html.escape(tr(lang, "Comparisons")))
+        parts.append(
+            "\n".join(
+                f"- {_link(esc(model), f'../{COMPARE_DIR}/{model_slug(model)}/index.md')} "
+                f"({fmt_number(len(rs), lang, 0)} {html.escape(tr(lang, 'runs'))})"
+                for model, rs in sorted(comparisons.items())
+            )
+        )
+    broken = [e for e in entries if e.error is not None]
+    if broken:
+        parts.append("## " + html.escape(tr(lang, "Trace sets that could not be read")))
+        parts.append(html.escape(tr(lang, "These folders were left out of the site; the other runs are published.")))
+        parts.append(
+            _markdown_table(
+                [tr(lang, "Folder"), tr(lang, "Problem")],
+                [[f"<code>{esc(e.folder.name)}</code>", esc(e.error)] for e in broken],
+            )
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(html.escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def compare_frame(runs: list[RunData]) -> pd.DataFrame:
+    """The per-level frames of several runs stacked, with a ``run`` column naming each."""
+    frames = [run.levels.assign(run=run.run_id) for run in runs if not run.levels.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def render_comparison(model: str, runs: list[RunData], lang: str) -> str:
+    title = tr(lang, "{model}: runs compared").format(model=model)
+    parts = [front_matter(title), "# " + esc(title)]
+    parts.append(
+        html.escape(
+            tr(lang, "{count} runs of the same model, on different GPUs, engines or server flags.").format(
+                count=fmt_number(len(runs), lang, 0)
+            )
+        )
+    )
+    rows = []
+    for run in runs:
+        peak = peak_level(run.levels)
+        rows.append(
+            [
+                _link(esc(run.run_id), f"../../{RUNS_DIR}/{run.run_id}/index.md"),
+                esc(gpu_title(run.ts, lang) or "–"),
+                esc(engine_title(run.ts) or "–"),
+                fmt_number(peak["output_throughput_tok_s"], lang, 0) if peak is not None else "–",
+                fmt_number(peak["output_throughput_per_gpu_tok_s"], lang, 0) if peak is not None else "–",
+            ]
+        )
+    parts.append(
+        _markdown_table(
+            [tr(lang, "Run"), tr(lang, "GPU"), tr(lang, "Engine"), tr(lang, "Peak tok/s"), tr(lang, "Peak tok/s per GPU")], rows
+        )
+    )
+    frame = compare_frame(runs)
+    figures = [
+        (
+            "compare_latency",
+            charts.chart_compare_latency,
+            tr(lang, "Throughput against p99 TTFT"),
+            tr(lang, "One curve per run; a point per concurrency level. Lower and further right is better."),
+        ),
+        (
+            "compare_per_gpu",
+            charts.chart_compare_per_gpu,
+            tr(lang, "Throughput per GPU against tokens/s per user"),
+            tr(
+                lang,
+                "What the operator gets (output tok/s per GPU) against what each user sees (p50 generation "
+                "speed of one request). Up and to the right is better.",
+            ),
+        ),
+    ]
+    for number, (key, draw, fig_title, caption) in enumerate(figures, start=1):
+        try:
+            chart = draw(frame, {k: tr(lang, v) for k, v in charts.LABEL_KEYS[key].items()})
+        except ValueError:
+            continue  # no run has the numbers this figure needs
+        label = tr(lang, "Figure {number}").format(number=number)
+        parts.append(
+            '<figure class="sweeper-figure">'
+            f'<div class="sweeper-figure__title">{html.escape(label)} · {html.escape(fig_title)}</div>'
+            f"{chart_html(chart)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole site
+
+
+def generate_pages(traces_dir: Path) -> dict[str, str]:
+    """Every generated page: relative path (under the docs folder) -> Markdown."""
+    entries = load_entries(traces_dir)
+    pages: dict[str, str] = {}
+    for entry in entries:
+        pages.update(entry.pages or {})
+    comparisons = comparison_groups(e.run for e in entries if e.run is not None)
+    for lang in LANGUAGES:
+        pages[page_path(f"{RUNS_DIR}/index.md", lang)] = render_index(entries, comparisons, lang)
+        for model, runs in comparisons.items():
+            path = page_path(f"{COMPARE_DIR}/{model_slug(model)}/index.md", lang)
+            pages[path] = render_comparison(model, runs, lang)
+    return pages
+
+
+def generated_nav(pages: Mapping[str, str]) -> list[str]:
+    """The generated pages of the navigation (English paths; the i18n plugin maps them), the
+    index first, then the runs, then the comparisons."""
+    translated = tuple(f".{lang}.md" for lang in LANGUAGES[1:])
+    paths = sorted(p for p in pages if not p.endswith(translated))
+    index = f"{RUNS_DIR}/index.md"
+    runs = [p for p in paths if p.startswith(f"{RUNS_DIR}/") and p != index]
+    compare = [p for p in paths if p.startswith(f"{COMPARE_DIR}/")]
+    return [index, *runs, *compare]
+
+
+def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:
+    """Write the generated pages under ``docs_dir``, touching only files whose content changed
+    (so ``mkdocs serve`` does not rebuild in a loop), and remove generated pages that are no longer
+    produced. Refuses to write into a folder it did not create. Returns the number of files
+    written or removed."""
+    changed = 0
+    for name in GENERATED_DIRS:
+        folder = docs_dir / name
+        if folder.exists() and not (folder / SENTINEL).exists() and any(folder.iterdir()):
+            raise SweeperError(
+                f"{folder} exists and was not generated by sweeper (no {SENTINEL} in it): move it away or "
+                "choose another output folder; sweeper only writes into folders it created"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / SENTINEL).write_text("Generated by sweeper from traces/: edits here are overwritten.\n")
+    for relative, text in pages.items():
+        path = docs_dir / relative
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        changed += 1
+    wanted = {docs_dir / p for p in pages}
+    for name in GENERATED_DIRS:
+        for path in sorted((docs_dir / name).rglob("*.md")):
+            if path not in wanted:
+                path.unlink()
+                changed += 1
+        for path in sorted((docs_dir / name).rglob("*"), reverse=True):
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return changed
+
+
+def build_markdown(traces_dir: Path, docs_dir: Path) -> dict[str, str]:
+    """Generate and write every page; returns the pages."""
+    pages = generate_pages(traces_dir)
+    write_pages(pages, docs_dir)
+    return pages
+
+
+__all__ = [
+    "build_markdown",
+    "generate_pages",
+    "generated_nav",
+    "render_comparison",
+    "render_index",
+    "run_title",
+    "write_pages",
+]
