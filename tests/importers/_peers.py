@@ -1,0 +1,57 @@
+"""Where the peer data sets live, and helpers to import them through the real CLI.
+
+The data (real results of AIPerf and LLMPerf, see ../shared/data/peers/README.md) is read at test
+time from ``$SWEEPER_SHARED/data/peers`` (default: ``../shared`` beside the repository), never
+copied into the repository. Without it the oracle tests are skipped, except under CI (``CI`` set),
+where a missing data set is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sweeper.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("SWEEPER_SHARED", ROOT / ".." / "shared")).resolve()
+PEERS = SHARED / "data" / "peers"
+
+AIPERF_011 = "aiperf-0.1.1-gpt-oss-20b-c100"
+AIPERF_08 = "aiperf-0.8-minimax-m2.5-fp8-mi355x-vllm-tp1"
+LLMPERF = "llmperf-yi-1.5-34b-4xa10g-vllm"
+
+
+def peer(name: str) -> Path:
+    """The folder of one peer data set, or skip (fail under CI) when it is not there."""
+    path = PEERS / name
+    if not path.is_dir():
+        message = f"peer data set {path} not found (set SWEEPER_SHARED to the shared folder)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def run_cli(*args: str) -> str:
+    """Run ``sweeper ARGS`` through click's CliRunner; fail with its output unless it exits 0."""
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def import_and_summarize(
+    kind: str, paths: list[Path], out: Path, run_id: str, *extra: str
+) -> dict[str, Any]:
+    """``sweeper import`` then ``sweeper summary --format json``: the parsed summary."""
+    run_cli("import", kind, *map(str, paths), "--out", str(out), "--run-id", run_id, *extra)
+    return json.loads(run_cli("summary", str(out / run_id), "--format", "json"))
+
+
+def level(summary: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    return next(lv for lv in summary["levels"] if lv["concurrency"] == concurrency)

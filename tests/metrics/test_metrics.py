@@ -1,0 +1,231 @@
+"""The metric definitions (DESIGN.md "Metrics"), on trace sets written by the real writer with
+timings chosen here, so every expected value follows from the definition, not from the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sweeper.metrics import (
+    GAP_COLUMNS,
+    REQUEST_COLUMNS,
+    gap_frame,
+    level_frame,
+    request_frame,
+)
+from sweeper.schema import Fact, RequestError, RequestTrace, ServerConfig, Source
+from sweeper.store import TraceSet, load_trace_set, write_trace_set
+from sweeper.testing.factories import SyntheticLevel, synthetic_manifest, write_synthetic_run
+
+MS = 1_000_000  # ns
+
+
+def trace(
+    rid: str,
+    send_ms: float,
+    chunks_ms: list[float],
+    tokens: list[int] | None = None,
+    *,
+    concurrency: int = 2,
+    phase: str = "measured",
+    completion: int | None = None,
+) -> RequestTrace:
+    tokens = tokens or [1] * len(chunks_ms)
+    return RequestTrace(
+        concurrency=concurrency,
+        request_id=rid,
+        phase=phase,  # type: ignore[arg-type]
+        send_ns=round(send_ms * MS),
+        end_ns=round(chunks_ms[-1] * MS) + MS,
+        chunk_ns=[round(c * MS) for c in chunks_ms],
+        chunk_tokens=tokens,
+        prompt_tokens=100,
+        completion_tokens=sum(tokens) if completion is None else completion,
+        finish_reason="length",
+    )
+
+
+def write_set(tmp_path: Path, requests: list[RequestTrace], **manifest: object) -> TraceSet:
+    m = synthetic_manifest("m", [SyntheticLevel(2, 1, 1)])
+    for key, value in manifest.items():
+        setattr(m, key, value)
+    return load_trace_set(write_trace_set(tmp_path / "m", m, requests))
+
+
+@pytest.fixture
+def hand_made(tmp_path: Path) -> TraceSet:
+    return write_set(
+        tmp_path,
+        [
+            # warm-up: excluded from everything
+            trace("w", 0, [5, 6, 7], phase="warmup"),
+            # sent at 10 ms: TTFT 100, gaps 10, 30 (a 2-token chunk), 20 -> E2EL 160, 5 tokens
+            trace("a", 10, [100, 110, 140, 160], [1, 1, 2, 1]),
+            # sent at 20 ms: TTFT 50, gaps 40 -> E2EL 90, 2 tokens
+            trace("b", 20, [50, 90]),
+            RequestTrace(
+                concurrency=2,
+                request_id="x",
+                send_ns=30 * MS,
+                end_ns=400 * MS,
+                status="error",
+                error=RequestError(kind="http", http_status=503, message="busy"),
+            ),
+        ],
+    )
+
+
+def test_request_frame_definitions(hand_made: TraceSet) -> None:
+    frame = request_frame(hand_made).set_index("request_id")
+    assert list(request_frame(hand_made).columns[: len(REQUEST_COLUMNS)]) == REQUEST_COLUMNS
+    assert "w" not in frame.index  # warm-up excluded
+    a = frame.loc["a"]
+    assert a["ttft_ms"] == 100 and a["e2el_ms"] == 160
+    assert a["tpot_ms"] == pytest.approx((160 - 100) / (5 - 1))
+    assert a["decode_tok_s"] == pytest.approx((5 - 1) / 0.060)
+    assert a["gen_tok_s"] == pytest.approx(5 / 0.160)
+    assert a["chunks"] == 4 and a["multi_token_chunks"] == 1
+    assert a["send_s"] == pytest.approx(0.010) and a["end_s"] == pytest.approx(0.170)
+    x = frame.loc["x"]  # failed: counted, never timed
+    assert np.isnan(x["ttft_ms"]) and np.isnan(x["e2el_ms"]) and x["error_kind"] == "http"
+    assert x["end_s"] == pytest.approx(0.430)  # its stream end still bounds the window
+
+
+def test_gap_frame_pools_chunk_gaps_with_token_counts(hand_made: TraceSet) -> None:
+    gaps = gap_frame(hand_made)
+    assert list(gaps.columns) == GAP_COLUMNS
+    assert sorted(gaps["itl_ms"].round(9)) == [10, 20, 30, 40]
+    two = gaps[gaps["tokens"] == 2].iloc[0]  # a 2-token chunk is one gap, its count kept
+    assert two["itl_ms"] == pytest.approx(30) and two["request_id"] == "a" and two["gap_index"] == 2
+    assert two["at_s"] == pytest.approx(0.150)
+
+
+def test_level_frame_definitions(hand_made: TraceSet) -> None:
+    row = level_frame(hand_made, slos={"ttft_ms": 60}).iloc[0]
+    assert (row["requests"], row["completed"], row["failed"]) == (3, 2, 1)
+    # window: first measured send (10 ms) to the last end (x's stream end at 430 ms)
+    assert row["duration_s"] == pytest.approx(0.420)
+    assert row["output_throughput_tok_s"] == pytest.approx(7 / 0.420)
+    assert row["request_throughput_rps"] == pytest.approx(2 / 0.420)
+    assert row["total_token_throughput_tok_s"] == pytest.approx((7 + 200) / 0.420)
+    assert row["ttft_ms_mean"] == pytest.approx(75)
+    assert row["ttft_ms_p50"] == pytest.approx(np.percentile([100, 50], 50))
+    assert row["ttft_ms_p99"] == pytest.approx(np.percentile([100, 50], 99))
+    assert row["itl_ms_mean"] == pytest.approx(25)
+    assert row["itl_ms_p90"] == pytest.approx(np.percentile([10, 30, 20, 40], 90))
+    assert row["tpot_ms_mean"] == pytest.approx((15 + 40) / 2)
+    assert row["multi_token_gap_share"] == pytest.approx(0.25)
+    assert row["goodput_rps"] == pytest.approx(1 / 0.420)  # only b meets TTFT <= 60 ms
+    assert row["basis"] == "requests"
+
+
+def test_per_gpu_throughput_divides_by_parallel_size(tmp_path: Path) -> None:
+    config = ServerConfig(
+        tensor_parallel_size=Fact(value=2, source="user"),
+        data_parallel_size=Fact(value=2, source="user"),
+    )
+    folder = write_synthetic_run(
+        tmp_path, "r", [SyntheticLevel(4, 50, 10)], output_len=32, config=config
+    )
+    row = level_frame(load_trace_set(folder)).iloc[0]
+    assert row["output_throughput_per_gpu_tok_s"] == pytest.approx(
+        row["output_throughput_tok_s"] / 4
+    )
+
+
+def test_synthetic_sweep_has_the_timings_it_was_built_with(tmp_path: Path) -> None:
+    levels = [
+        SyntheticLevel(1, 40, 10),
+        SyntheticLevel(8, 120, 20, stall_every=32, stall_ms=200, failures=2),
+    ]
+    folder = write_synthetic_run(tmp_path, "s", levels, output_len=128, warmup=2)
+    frame = level_frame(load_trace_set(folder)).set_index("concurrency")
+    assert frame.loc[1, "ttft_ms_p50"] == pytest.approx(40)
+    assert frame.loc[1, "itl_ms_p99"] == pytest.approx(10)
+    assert frame.loc[8, "failed"] == 2
+    assert frame.loc[8, "itl_ms_p50"] == pytest.approx(20)
+    assert frame.loc[8, "itl_ms_p99"] == pytest.approx(200)  # the tail: 1 gap in 32
+    # 127 gaps per request, every 32nd a stall: gaps 32, 64, 96 -> 3 stalls
+    assert frame.loc[8, "tpot_ms_mean"] == pytest.approx((124 * 20 + 3 * 200) / 127, rel=1e-6)
+
+
+def test_per_request_fidelity_has_no_itl(tmp_path: Path) -> None:
+    ts = write_set(
+        tmp_path,
+        [
+            RequestTrace(
+                concurrency=1,
+                request_id=str(i),
+                send_ns=i * 1000 * MS,
+                ttft_ns=200 * MS,
+                e2el_ns=900 * MS,
+                end_ns=900 * MS,
+                completion_tokens=8,
+                prompt_tokens=10,
+            )
+            for i in range(4)
+        ],
+        source=Source(tool="llmperf", fidelity="per_request"),
+    )
+    row = level_frame(ts).iloc[0]
+    assert row["ttft_ms_mean"] == pytest.approx(200) and row["e2el_ms_p50"] == pytest.approx(900)
+    assert row["tpot_ms_mean"] == pytest.approx(100)
+    assert np.isnan(row["itl_ms_p50"]) and row["gaps"] == 0
+    assert row["duration_s"] == pytest.approx(3.9)
+
+
+def test_reconstructed_send_times_take_the_tools_duration(tmp_path: Path) -> None:
+    source = Source(
+        tool="llmperf",
+        fidelity="per_request",
+        send_times="reconstructed",
+        summaries={"1": {"duration_s": 10.0}},
+    )
+    ts = write_set(
+        tmp_path,
+        [
+            RequestTrace(
+                concurrency=1,
+                request_id="a",
+                send_ns=0,
+                ttft_ns=MS,
+                e2el_ns=2 * MS,
+                completion_tokens=50,
+            )
+        ],
+        source=source,
+    )
+    row = level_frame(ts).iloc[0]
+    assert row["duration_s"] == 10.0 and row["output_throughput_tok_s"] == pytest.approx(5.0)
+    assert row["basis"] == "requests+tool_duration"
+
+
+def test_summary_only_levels_come_from_the_tool(tmp_path: Path) -> None:
+    source = Source(
+        tool="vllm-bench",
+        fidelity="summary",
+        summaries={"4": {"completed": 10, "failed": 1, "duration_s": 2.0, "ttft_ms_mean": 33.0}},
+    )
+    ts = write_set(tmp_path, [], source=source)
+    frame = level_frame(ts)
+    row = frame.iloc[0]
+    assert row["concurrency"] == 4 and row["requests"] == 11 and row["ttft_ms_mean"] == 33.0
+    assert np.isnan(row["itl_ms_p50"]) and row["basis"] == "tool_summary"
+
+
+def test_empty_trace_set_gives_empty_frames(tmp_path: Path) -> None:
+    ts = write_set(tmp_path, [])
+    assert request_frame(ts).empty and gap_frame(ts).empty
+    assert isinstance(level_frame(ts), pd.DataFrame) and level_frame(ts).empty
+
+
+def test_gzip_trace_set_reads_the_same(tmp_path: Path) -> None:
+    levels = [SyntheticLevel(2, 30, 5)]
+    plain = level_frame(load_trace_set(write_synthetic_run(tmp_path, "p", levels, output_len=16)))
+    packed = level_frame(
+        load_trace_set(write_synthetic_run(tmp_path, "z", levels, output_len=16, compress=True))
+    )
+    pd.testing.assert_frame_equal(plain, packed)
