@@ -195,6 +195,16 @@ class Workload(_Model):
         default_factory=dict, description="Measured requests planned per level, keyed by str(C)."
     )
     warmup_per_level: int = 0
+    warmup_requests: dict[str, int] = Field(
+        default_factory=dict,
+        description="Warm-up requests planned per level, keyed by str(C); where given, it wins "
+        "over warmup_per_level (sweeper record's default is one per stream: C at level C).",
+    )
+    unique_prefix: bool | None = Field(
+        default=None,
+        description="Each prompt starts with a prefix of its own: no prefix-cache hits between "
+        "requests. False: all requests share one prompt.",
+    )
     ignore_eos: bool | None = None
     exact_input: bool | None = Field(
         default=None, description="Prompts were built to exactly input_len tokens by a tokenizer."

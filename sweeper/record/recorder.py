@@ -383,12 +383,9 @@ def _new_manifest(
             warmup_per_level=config.warmup if config.warmup is not None else 0,
             ignore_eos=config.ignore_eos,
             seed=config.seed,
-            request_params={
-                "requests_per_level": str(config.requests_per_level),
-                "warmup": "one per stream" if config.warmup is None else config.warmup,
-                "shared_prefix": config.shared_prefix,
-                "timeout_s": config.timeout_s,
-            },
+            warmup_requests={str(c): config.warmup_for(c) for c in levels},
+            unique_prefix=not config.shared_prefix,
+            request_params=_sent_params(config),
         ),
         client=Client(
             host=socket.gethostname(),
@@ -485,7 +482,7 @@ async def _record(
         workload.input_len or config.input_len,
         seed=workload.seed or 0,
         counter=counter,
-        shared_prefix=bool(workload.request_params.get("shared_prefix", config.shared_prefix)),
+        shared_prefix=workload.unique_prefix is False,
     )
     run.save()
     run.progress.start(manifest.run_id, workload.concurrency_levels)
@@ -521,6 +518,10 @@ async def _record(
             await _finish(scrape_task)
         await _finish(lag_task)
         manifest.ended_at = datetime.now(UTC)
+        if shaper.dropped:
+            workload.request_params = shaper.apply(workload.request_params)
+            if "ignore_eos" in shaper.dropped:
+                workload.ignore_eos = False
         if builder.inexact:
             run.warn(
                 f"{builder.inexact} prompts could not be built to exactly {builder.input_len} tokens"
@@ -669,8 +670,15 @@ async def _run_level(
 
 
 def _warmup_count(workload: Workload, concurrency: int) -> int:
-    setting = workload.request_params.get("warmup", "one per stream")
-    return int(setting) if isinstance(setting, int) else concurrency
+    return workload.warmup_requests.get(str(concurrency), workload.warmup_per_level)
+
+
+def _sent_params(config: RecordConfig) -> dict[str, Any]:
+    """The parameters each request carries besides model and prompt (as first sent)."""
+    body = completion_body(
+        "", "", endpoint=config.endpoint, output_len=config.output_len, ignore_eos=config.ignore_eos
+    )
+    return {k: v for k, v in body.items() if k not in ("model", "prompt", "messages")}
 
 
 async def _build_specs(

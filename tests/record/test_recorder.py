@@ -11,7 +11,8 @@ import pytest
 
 from sweeper.errors import ErrorRateExceeded, ServerUnreachable
 from sweeper.record import RecordConfig, RequestCount, record_sweep
-from sweeper.store import load_trace_set
+from sweeper.schema import RequestError, RequestTrace
+from sweeper.store import TraceSetWriter, load_trace_set
 from sweeper.testing.server import (
     FaultRule,
     ServerProcess,
@@ -194,3 +195,40 @@ def test_unreachable_server_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ServerUnreachable, match=r"cannot reach the server at http://127\.0\.0\.1:"):
         record_sweep(_config(closed_port_url(), tmp_path))
     assert not (tmp_path / "t").exists()
+
+
+def test_server_that_rejects_ignore_eos_warns_once_and_the_manifest_says_so(tmp_path: Path) -> None:
+    with run_server(
+        ttft_ms=1, itl_ms=1, reject_params=("ignore_eos", "min_tokens"), reject_status=422
+    ) as srv:
+        folder = record_sweep(_config(srv.base_url, tmp_path))
+    ts = load_trace_set(folder)
+    assert all(r.status == "ok" for r in ts.requests)
+    rejected = [w for w in ts.manifest.warnings if "rejected" in w]
+    assert len(rejected) == 2 and all("HTTP 422" in w for w in rejected)
+    params = ts.manifest.workload.request_params
+    assert "ignore_eos" not in params and "min_tokens" not in params and params["max_tokens"] == 8
+    assert ts.manifest.workload.ignore_eos is False
+
+
+def test_round_trip_of_every_request_field_through_the_writer_and_reader(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    folder = record_sweep(_config(server.base_url, tmp_path, concurrency=[1], metrics_urls=[]))
+    written = RequestTrace(
+        concurrency=3, request_id="c3-99999", phase="measured", send_ns=10**12, end_ns=5,
+        chunk_ns=[1, 2, 5], chunk_tokens=[1, 3, 1], prompt_tokens=9, completion_tokens=5,
+        finish_reason="length", status="error",
+        error=RequestError(kind="stream_cut", http_status=None, message="cut ✂ 断"),
+        server_timing={"prompt_ms": 1.5}, worker=2,
+    )  # fmt: skip
+    with TraceSetWriter(folder) as writer:
+        writer.append_request(written)
+    ts = load_trace_set(folder)
+    assert ts.requests[-1] == written
+    again = load_trace_set(folder)
+    assert (
+        again.manifest == ts.manifest
+        and again.requests == ts.requests
+        and again.metrics == ts.metrics
+    )
