@@ -687,7 +687,8 @@ def _slo_section(page: _Page) -> None:
             ]
         )
     page.add(_table(header, body))
-    page.add(f'<p class="sweeper-note">{html.escape(tr(lang, "Bold: the service level the recommended operating point uses."))}</p>')
+    note = tr(lang, "Bold: the service levels the recommended operating point meets.")
+    page.add(f'<p class="sweeper-note">{html.escape(note)}</p>')
 
 
 def _more_findings(page: _Page) -> None:
@@ -852,7 +853,8 @@ def render_run_page(run: RunData, lang: str) -> str:
     page = _Page(run, lang)
     title = run_title(run.ts, lang)
     page.add(front_matter(run.run_id))
-    page.add(f'<p class="sweeper-kicker">{html.escape(tr(lang, "Concurrency sweep"))} · {esc(run.run_id)}</p>')
+    kicker = tr(lang, "Concurrency sweep")
+    page.add(f'<p class="sweeper-kicker">{html.escape(kicker)} · {esc(run.run_id)}</p>')
     page.heading(esc(title), 1)
     _lede(page)
     _fact_cards(page)

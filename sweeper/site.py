@@ -213,10 +213,11 @@ def render_index(entries: list[RunEntry], comparisons: Mapping[str, list[RunData
         )
     if comparisons:
         parts.append("## " + html.escape(tr(lang, "Comparisons")))
+        count = tr(lang, "{count} runs")
         parts.append(
             "\n".join(
                 f"- {_link(esc(model), f'../{COMPARE_DIR}/{model_slug(model)}/index.md')} "
-                f"({fmt_number(len(rs), lang, 0)} {html.escape(tr(lang, 'runs'))})"
+                f"({html.escape(count.format(count=fmt_number(len(rs), lang, 0)))})"
                 for model, rs in sorted(comparisons.items())
             )
         )
