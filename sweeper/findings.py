@@ -201,6 +201,17 @@ class _Msg(_V):
         return _format(lang, self.msgid, self.values)
 
 
+class _Missing(_V):
+    """What a finding lacks, each item a message of its own: ``a; b`` / ``a；b``."""
+
+    def __init__(self, items: Sequence[str]) -> None:
+        self.items = list(items)
+
+    def render(self, lang: str) -> str:
+        sep = "；" if lang == "zh" else "; "
+        return sep.join(gettext(lang, DOMAIN, item) for item in self.items) or "?"
+
+
 class _Levels(_V):
     """``C=8, C=16`` / ``C=8、C=16``."""
 
@@ -384,6 +395,7 @@ def analyze(
     from sweeper import findings_choice as choice
     from sweeper import findings_rules as perf
 
+    out: list[Finding] = []
     builders: list[tuple[str, Callable[[], Finding]]] = [
         ("roofline", lambda: perf.roofline(data, thresholds)),
         ("scaling", lambda: perf.scaling(data, thresholds)),
@@ -394,10 +406,9 @@ def analyze(
         ("memory_headroom", lambda: cap.memory_headroom(data, thresholds)),
         ("recommended", lambda: choice.recommended(data, thresholds, slos)),
         ("slo_table", lambda: choice.slo_table(data, thresholds, slos)),
-        ("long_input", lambda: choice.long_input(data, thresholds)),
+        ("long_input", lambda: choice.long_input(data, thresholds, _cause(out))),
         ("client_health", lambda: cause.client_health(data, thresholds)),
     ]
-    out = []
     for fid, build in builders:
         try:
             out.append(build())
@@ -408,6 +419,13 @@ def analyze(
             )
             out.append(_unknown(fid, text, [f"{type(exc).__name__}: {exc}"]))
     return out
+
+
+def _cause(found: Sequence[Finding]) -> str | None:
+    for f in found:
+        if f.id == "tail_cause":
+            return str(f.numbers.get("cause"))
+    return None
 
 
 def run_data(ts: TraceSet) -> RunData:

@@ -9,6 +9,7 @@ from sweeper.findings import (
     RunData,
     _finite,
     _gib,
+    _Missing,
     _Msg,
     _Num,
     _num,
@@ -46,14 +47,16 @@ def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
     missing = []
     if cap is None:
         missing.append(
-            "the KV cache capacity (server log 'GPU KV cache size', or /metrics vllm:cache_config_info)"
+            N_(
+                "the KV cache capacity (--server-log with 'GPU KV cache size', or /metrics vllm:cache_config_info)"
+            )
         )
     if inp is None or out is None:
-        missing.append("tokens per request (input and output lengths)")
+        missing.append(N_("tokens per request (input and output lengths)"))
     if missing:
         text = _Text().add(
             N_("The real concurrency ceiling cannot be computed: missing {missing}."),
-            missing="; ".join(missing),
+            missing=_Missing(missing),
         )
         return _unknown("kv_ceiling", text, missing, uses)
     assert cap is not None and inp is not None and out is not None

@@ -17,6 +17,7 @@ from sweeper.findings import (
     RunData,
     _finite,
     _Levels,
+    _Missing,
     _Ms,
     _Msg,
     _Num,
@@ -79,11 +80,13 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         uses.append("stall timing across streams (gap and request frames)")
     missing: list[str] = []
     if not _finite(preempt):
-        missing.append("the preemption counter (scrape /metrics: vllm:num_preemptions_total)")
+        missing.append(N_("the preemption counter (scrape /metrics: vllm:num_preemptions_total)"))
     if chunked is None:
-        missing.append("the chunked-prefill setting (server log or --server-config)")
+        missing.append(
+            N_("the chunked-prefill setting (--server-log, or --max-num-batched-tokens)")
+        )
     if not sigs and opened:
-        missing.append("per-chunk timestamps of the tail levels (stall timing)")
+        missing.append(N_("per-chunk timestamps of the tail levels (stall timing)"))
 
     def done(cause: str, severity: str, text: _Text) -> Finding:
         numbers["cause"] = cause
@@ -108,7 +111,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
             numbers=numbers,
             text=text.render(),
             data=uses,
-            missing=["per-chunk timestamps (ITL)", *missing],
+            missing=[N_("per-chunk timestamps (ITL)"), *missing],
         )
     if not opened:
         return done(
@@ -236,7 +239,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
     text = _Text().add(
         N_("The cause of the tail at {where} cannot be told from this data: missing {missing}."),
         where=where,
-        missing="; ".join(missing) or "?",
+        missing=_Missing(missing),
     )
     return done("unknown", "unknown", text)
 

@@ -296,7 +296,9 @@ def slo_label_of(terms: Sequence[SLO]) -> str:
 # 10. Long inputs: why per-request speed drops
 
 
-def long_input(data: RunData, th: Thresholds) -> Finding:
+def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> Finding:
+    """Why per-request speed drops; ``tail_cause`` (the tail_cause finding's cause) names the
+    long stalls inside decoding."""
     uses = ["per-request generation speed and E2EL split per level (client)"]
     gen = data.col("gen_tok_s_mean")
     per_gpu = data.col("output_throughput_per_gpu_tok_s")
@@ -322,7 +324,7 @@ def long_input(data: RunData, th: Thresholds) -> Finding:
     g1 = float(gen.iloc[i])
     prompt = data.value(c, "prompt_tokens_mean")
     out_tokens = data.value(c, "output_tokens_mean")
-    parts = _attribution(data, base_c, c)
+    parts = _attribution(data, base_c, c, tail_cause)
     server_used = parts.pop("_server")
     if server_used:
         uses.append("server queue / prefill / decode histograms")
@@ -370,6 +372,8 @@ def long_input(data: RunData, th: Thresholds) -> Finding:
             "decode_slowdown": N_("slower decode steps"),
             "waiting_for_first_token": N_("waiting for the first token (queue + prefill)"),
             "decode_total": N_("slower decoding"),
+            "preemption_stalls": N_("stalls from preemption"),
+            "decode_stalls": N_("long stalls in decoding"),
         }
         share_words = [
             _Msg(N_("{share} {what}"), {"share": _Pct(v / total, 0), "what": _Msg(names[k])})
@@ -406,8 +410,16 @@ def long_input(data: RunData, th: Thresholds) -> Finding:
                 "The time goes into decoding; without per-token timestamps it cannot be split into "
                 "prefill stalls and slower steps."
             ),
+            "preemption_stalls": N_(
+                "Preempted requests lose their KV cache and are recomputed: a larger KV cache or "
+                "fewer concurrent requests avoid it."
+            ),
+            "decode_stalls": N_(
+                "Long stalls interrupt decoding; the tail-cause finding says what is known of them."
+            ),
         }
-        text.add(advice[dominant])
+        if drops[i] >= th.speed_drop_notice:
+            text.add(advice[dominant])
     # Speed flat between the two top levels while throughput grows: the server had room.
     if len(cs) >= 2 and per_gpu is not None:
         ga, gb = float(gen.iloc[-2]), float(gen.iloc[-1])
@@ -455,8 +467,14 @@ class _Join(_V):
         return sep.join(p.render(lang) for p in self.items)
 
 
-def _attribution(data: RunData, c0: int, c1: int) -> dict[str, Any]:
-    """Where the added time per request goes, between levels c0 and c1 (seconds)."""
+_STALL_KEY = {"chunked_prefill": "prefill_interference", "preemption": "preemption_stalls"}
+
+
+def _attribution(data: RunData, c0: int, c1: int, tail_cause: str | None) -> dict[str, Any]:
+    """Where the added time per request goes, between levels c0 and c1 (seconds): queueing and
+    own prefill (server histograms) or the wait for the first token (client), slower decode
+    steps (the median gap grew) and long stalls (the mean gap grew beyond the median), the
+    stalls named after the tail's cause."""
     v = data.value
     e0, e1 = v(c0, "e2el_ms_mean"), v(c1, "e2el_ms_mean")
     added = (e1 - e0) / 1e3 if _finite(e0) and _finite(e1) else math.nan
@@ -486,7 +504,10 @@ def _attribution(data: RunData, c0: int, c1: int) -> dict[str, Any]:
         slower_steps = (itl1 - itl0) * steps / 1e3
         stalls = ((tp1 - itl1) - (tp0 - itl0)) * steps / 1e3
         out["decode_slowdown"] = slower_steps
-        out["prefill_interference"] = stalls + own_prefill
+        key = _STALL_KEY.get(tail_cause or "", "decode_stalls")
+        out[key] = stalls
+        if own_prefill:
+            out["prefill_interference"] = out.get("prefill_interference", 0.0) + own_prefill
     elif all(_finite(x) for x in (tp0, tp1, steps)):
         out["decode_total"] = (tp1 - tp0) * steps / 1e3
         if own_prefill:

@@ -17,6 +17,7 @@ from sweeper.findings import (
     RunData,
     _base,
     _finite,
+    _Missing,
     _Ms,
     _Num,
     _num,
@@ -47,17 +48,17 @@ def roofline(data: RunData, th: Thresholds) -> Finding:
     kv = data.fact("model.kv_bytes_per_token")
     missing = []
     if not _finite(bw):
-        missing.append("GPU memory bandwidth (hardware.memory_bandwidth_gb_s: give --gpu)")
+        missing.append(N_("the GPU's memory bandwidth (give --gpu)"))
     if not _finite(weight):
-        missing.append("model weight bytes (model.weight_bytes: give --model-config)")
+        missing.append(N_("the model's weight bytes (give --model or --model-config)"))
     if 1 not in data.concurrencies:
-        missing.append("a concurrency-1 level (the single stream)")
+        missing.append(N_("a concurrency-1 level (the single stream)"))
     if missing:
         text = _Text().add(
             N_(
                 "The single stream cannot be compared with the memory-bandwidth roofline: missing {missing}."
             ),
-            missing="; ".join(missing),
+            missing=_Missing(missing),
         )
         return _unknown("roofline", text, missing, uses)
     tp = data.fact("server.config.tensor_parallel_size")

@@ -7,8 +7,9 @@ token). A preempted request stalls alone; a client that cannot keep up delays st
 
 :func:`stall_signature` measures, for one level: which gaps are stalls (longer than
 ``long_gap_factor`` x the level's p50 ITL), the share of stalls shared by most of the other
-streams decoding at that moment (synchronized), and the share that overlaps another request's
-prefill window, with the same share for ordinary gaps as a baseline.
+streams decoding at that moment (synchronized: their stalls end within one typical gap of each
+other, i.e. in the same engine step), and the share that overlaps another request's prefill
+window, with the same share for ordinary gaps as a baseline.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def stall_signature(
         decoding = (first[None, :] <= s) & (last[None, :] >= e) & (rid[None, :] != o)
         all_stalls = np.nonzero(is_stall)[0]
         stall_owner = owner[all_stalls]
-        overl = (start_s[all_stalls][None, :] < e) & (end_s[all_stalls][None, :] > s)
+        # A stall shared with another stream ends in the same engine step: within one typical gap.
+        overl = np.abs(end_s[all_stalls][None, :] - e) <= p50 / MS_PER_S
         synced = np.zeros(stall_idx.size, dtype=bool)
         for k in range(stall_idx.size):
             others = set(rid[decoding[k]])

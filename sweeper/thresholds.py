@@ -44,7 +44,7 @@ class Thresholds:
     """A gap longer than this x the level's p50 ITL is a stall."""
     sync_others_fraction: float = 0.5
     """A stall is synchronized when at least this fraction of the other streams decoding at that
-    moment stall in the same window."""
+    moment stall in the same engine step (their stalls end within one p50 ITL of each other)."""
     sync_signature_share: float = 0.5
     """At least this share of the stalls synchronized: they come from a step every stream waits
     on (a batched prefill chunk), not from one request's own trouble."""

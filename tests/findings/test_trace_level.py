@@ -1,0 +1,103 @@
+"""Findings on whole trace sets written by the real writer: the stall signature in the trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweeper.findings import analyze_run, finding
+from sweeper.metrics import gap_frame, request_frame
+from sweeper.schema import Fact, MetricSample, Series, ServerConfig
+from sweeper.store import load_trace_set
+from sweeper.tail_signature import stall_signature
+
+from .sim import write_simulated_run
+
+LEVELS = [1, 2, 4, 8]
+
+
+def _metrics(
+    preempt_from_s: float | None, end_s: float, *, step_s: float = 0.25
+) -> list[MetricSample]:
+    """Scrapes every step_s: 0 preemptions, or a counter that climbs after preempt_from_s."""
+    out = []
+    t, count = 0.0, 0.0
+    while t <= end_s + 1:
+        if preempt_from_s is not None and t >= preempt_from_s:
+            count += 1
+        out.append(
+            MetricSample(
+                t_ns=round(t * 1e9),
+                url="http://127.0.0.1:8000/metrics",
+                series=[
+                    Series(name="vllm:num_preemptions_total", labels={"engine": "0"}, value=count),
+                    Series(name="vllm:num_requests_waiting", labels={"engine": "0"}, value=1.0),
+                    Series(name="vllm:kv_cache_usage_perc", labels={"engine": "0"}, value=0.5),
+                ],
+            )
+        )
+        t += step_s
+    return out
+
+
+def test_chunked_prefill_signature_is_found_in_the_trace(tmp_path: Path) -> None:
+    folder = write_simulated_run(
+        tmp_path, "chunked", LEVELS
+    )  # no config, no metrics: the trace alone
+    ts = load_trace_set(folder)
+    sig = stall_signature(8, request_frame(ts), gap_frame(ts))
+    assert sig is not None and sig.stalls > 0
+    assert sig.synchronized_share > 0.9
+    assert sig.prefill_overlap_share > 0.9
+    found = analyze_run(ts)
+    tail = finding(found, "itl_tail")
+    assert tail.numbers["opens_at"] in (2, 4)
+    cause = finding(found, "tail_cause")
+    assert cause.numbers["cause"] == "chunked_prefill"
+    assert cause.numbers["synchronized_gap_share"] > 0.9
+    assert "signature of prefill interference" in cause.text["en"]
+    assert "prefill 干扰" in cause.text["zh"]
+    # No server metrics: the preemption counter is named as missing.
+    assert any("preemption" in m for m in cause.missing)
+
+
+def test_independent_random_stalls_are_not_called_chunked_prefill(tmp_path: Path) -> None:
+    folder = write_simulated_run(
+        tmp_path, "random", LEVELS, prefill_chunks=0, random_stall_prob=0.03, random_stall_ms=120.0
+    )
+    ts = load_trace_set(folder)
+    sig = stall_signature(8, request_frame(ts), gap_frame(ts))
+    assert sig is not None and sig.stalls > 0
+    assert sig.synchronized_share < 0.5
+    cause = finding(analyze_run(ts), "tail_cause")
+    assert cause.numbers["cause"] == "unknown"
+    assert cause.severity == "unknown"
+
+
+def test_preemption_counter_wins_over_the_signature(tmp_path: Path) -> None:
+    probe = write_simulated_run(tmp_path, "probe", LEVELS)
+    end_s = max(r.send_ns for r in load_trace_set(probe).requests) / 1e9 + 2
+    config = ServerConfig(enable_chunked_prefill=Fact(value=True, source="log"))
+    folder = write_simulated_run(
+        tmp_path, "preempt", LEVELS, config=config, metrics=_metrics(end_s / 2, end_s)
+    )
+    cause = finding(analyze_run(load_trace_set(folder)), "tail_cause")
+    assert cause.numbers["cause"] == "preemption"
+    assert cause.numbers["preemptions_delta"] > 0
+
+
+def test_chunked_prefill_with_metrics_and_config(tmp_path: Path) -> None:
+    probe = write_simulated_run(tmp_path, "probe2", LEVELS)
+    end_s = max(r.send_ns for r in load_trace_set(probe).requests) / 1e9 + 2
+    config = ServerConfig(
+        enable_chunked_prefill=Fact(value=True, source="log"),
+        max_num_batched_tokens=Fact(value=512, source="log"),
+    )
+    folder = write_simulated_run(
+        tmp_path, "cp", LEVELS, config=config, metrics=_metrics(None, end_s)
+    )
+    cause = finding(analyze_run(load_trace_set(folder)), "tail_cause")
+    assert cause.numbers["cause"] == "chunked_prefill"
+    assert cause.numbers["preemptions_delta"] == 0
+    assert cause.numbers["max_num_batched_tokens"] == 512
+    assert "not preemption" in cause.text["en"] and "512" in cause.text["en"]
+    assert cause.missing == []
