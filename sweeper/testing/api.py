@@ -207,7 +207,13 @@ class ScriptedServer:
     def _send_truth(self, conn: Connection, request: Request) -> None:
         request_id = request.query.get("request_id")
         if request_id is None:
-            conn.send_json(200, {"requests": [t.to_dict() for t in self.truths.all()]})
+            try:
+                since_ns = int(request.query.get("since_ns", "0"))
+                until_ns = int(request.query.get("until_ns", str(2**63)))
+            except ValueError as exc:
+                raise BadRequest(f"since_ns / until_ns must be integers: {exc}") from exc
+            items = [t.to_dict() for t in self.truths.all() if since_ns <= t.received_ns < until_ns]
+            conn.send_json(200, {"requests": items})
             return
         truth = self.truths.get(request_id)
         if truth is None:

@@ -32,7 +32,8 @@ of N words is N tokens, chat messages likewise with no template tokens), ``GET /
 ``GET /metrics`` (vLLM names and labels, values from the timing model).
 
 Ground truth: ``GET /_sweeper/truth?request_id=ID`` (one request) or ``GET /_sweeper/truth``
-(all), ``POST /_sweeper/reset`` (forget), ``GET /_sweeper/config``. A request's id is its
+(all; ``since_ns`` / ``until_ns`` select by ``received_ns``), ``POST /_sweeper/reset`` (forget),
+``GET /_sweeper/config``. A request's id is its
 ``X-Request-Id`` header when it sends one (echoed back in the response header and the body's
 ``id``), else ``cmpl-%08x`` / ``chatcmpl-%08x`` counting from 1. Truth fields: ``received_ns``,
 ``admitted_ns``, ``first_token_ns``, ``finished_ns``, ``event_kind`` / ``event_ns`` /
@@ -293,8 +294,10 @@ class ServerProcess:
         result: dict[str, Any] = response.json()
         return result
 
-    def truths(self) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.base_url}/_sweeper/truth", timeout=60)
+    def truths(self, since_ns: int = 0, until_ns: int = 2**63) -> list[dict[str, Any]]:
+        """Truth of the requests received in [since_ns, until_ns) (monotonic ns)."""
+        params = {"since_ns": since_ns, "until_ns": until_ns}
+        response = httpx.get(f"{self.base_url}/_sweeper/truth", params=params, timeout=120)
         response.raise_for_status()
         result: list[dict[str, Any]] = response.json()["requests"]
         return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -166,10 +167,16 @@ def test_request_id_header_and_truth_endpoint(
     assert client.get("/_sweeper/config").json()["itl_ms"] == 2
 
 
-def test_reset_forgets_truth() -> None:
+def test_reset_forgets_truth_and_since_filter() -> None:
     with run_server(ttft_ms=1, itl_ms=1) as server:
         httpx.post(f"{server.base_url}/v1/completions", json={"prompt": "a", "max_tokens": 1})
-        assert server.truths()
+        middle_ns = time.monotonic_ns()
+        httpx.post(f"{server.base_url}/v1/completions", json={"prompt": "a", "max_tokens": 1})
+        assert len(server.truths()) == 2
+        later = httpx.get(f"{server.base_url}/_sweeper/truth", params={"since_ns": middle_ns})
+        assert [t["request_id"] for t in later.json()["requests"]] == ["cmpl-00000002"]
+        earlier = httpx.get(f"{server.base_url}/_sweeper/truth", params={"until_ns": middle_ns})
+        assert [t["request_id"] for t in earlier.json()["requests"]] == ["cmpl-00000001"]
         httpx.post(f"{server.base_url}/_sweeper/reset")
         assert server.truths() == []
 
