@@ -475,7 +475,6 @@ async def _record(
             manifest.server.engine = manifest.server.engine or engine_from_series(sample.series)
         elif config.metrics_urls is not None:
             run.warn(f"cannot scrape {sample.url}: {sample.error}")
-    _check_user_facts(run)
     shaper = RequestShaper(on_warning=run.warn)
     workload = manifest.workload
     builder = PromptBuilder(
@@ -560,18 +559,6 @@ async def _token_counter(
         "approximate (one word per token); the server-reported prompt tokens are recorded"
     )
     return None
-
-
-def _check_user_facts(run: _Run) -> None:
-    """A user-given fact that the server reports differently: keep the server's, say so."""
-    config = run.manifest.server.config
-    for option, name in USER_SERVER_FACTS.items():
-        given = getattr(run.config, option)
-        fact = getattr(config, name)
-        if given is not None and fact is not None and fact.source != "user" and fact.value != given:
-            run.warn(
-                f"--{option.replace('_', '-')} {given} differs from the server's {name}={fact.value} ({fact.source}); kept the server's"
-            )
 
 
 def _read_server_log(run: _Run) -> None:
