@@ -473,8 +473,13 @@ async def _record(
         if sample.error is None:
             apply_metric_facts(manifest.server.config, cache_config_facts(sample.series))
             manifest.server.engine = manifest.server.engine or engine_from_series(sample.series)
-        elif config.metrics_urls is not None:
-            run.warn(f"cannot scrape {sample.url}: {sample.error}")
+        elif config.metrics_urls is None:
+            # The default URL: a server without /metrics is common; stop asking it.
+            scraper.urls.remove(sample.url)
+            run.warn(f"no metrics at {sample.url} ({sample.error}); recording without them")
+        else:
+            run.warn(f"cannot scrape {sample.url}: {sample.error}; will keep trying")
+    metrics_urls = scraper.urls
     shaper = RequestShaper(on_warning=run.warn)
     workload = manifest.workload
     builder = PromptBuilder(

@@ -143,10 +143,14 @@ class Scraper:
         start = self.clock()
         try:
             response = await self.client.get(url, timeout=SCRAPE_TIMEOUT_S)
-            response.raise_for_status()
+            if response.status_code != httpx.codes.OK:
+                raise ValueError(f"HTTP {response.status_code}")
             series = await asyncio.to_thread(parse_metrics, response.text, self.keep)
             error = None
-        except (httpx.HTTPError, ValueError) as exc:
+        except ValueError as exc:
+            series, error = [], str(exc)[:300]
+            self.failures[url] = error
+        except httpx.HTTPError as exc:
             series, error = [], f"{type(exc).__name__}: {exc}"[:300]
             self.failures[url] = error
         end = self.clock()
