@@ -107,12 +107,16 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
     requests: list[RequestTrace] = []
     metrics: list[MetricSample] = []
     summaries: dict[str, dict[str, float | int | str | None]] = {}
+    server_urls: dict[int, str] = {}
     for level in sorted(levels, key=lambda lv: lv.concurrency):
         level_requests = [_to_trace(r, level.concurrency, origin) for r in level.records]
         requests.extend(level_requests)
         summaries[str(level.concurrency)] = level.summary
         if level.server_metrics is not None:
-            metrics.extend(bracket_samples(level, level_requests))
+            samples = bracket_samples(level, level_requests)
+            metrics.extend(samples)
+            if samples:
+                server_urls[level.concurrency] = samples[0].url
     first = levels[0]
     imported = Imported(
         tool="aiperf",
@@ -130,6 +134,14 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
         server_logs=[(lv.concurrency, lv.folder / SERVER_LOG_FILE) for lv in levels if lv.has_log],
     )
     imported.server = merge_server(levels, imported.warnings)
+    overlap = _overlapping_levels(requests)
+    if overlap:
+        servers = ", ".join(f"C={c}: {url}" for c, url in sorted(server_urls.items()))
+        imported.warnings.append(
+            f"levels ran at overlapping times ({overlap}), so on separate servers: a time window "
+            "of one level also holds other levels' server samples and log lines; match "
+            f"server_metrics.jsonl samples to levels by url and window ({servers})"
+        )
     imported.workload = Workload(
         output_len=first.output_len,
         concurrency_levels=sorted(lv.concurrency for lv in levels),
@@ -148,6 +160,22 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
             "estimates)."
         )
     return imported
+
+
+def _overlapping_levels(requests: list[RequestTrace]) -> str:
+    """'C=1 and C=2, ...' for levels whose send-to-end windows overlap; '' when none do."""
+    windows: dict[int, tuple[int, int]] = {}
+    for r in requests:
+        end = r.send_ns + (r.chunk_ns[-1] if r.chunk_ns else (r.end_ns or 0))
+        lo, hi = windows.get(r.concurrency, (r.send_ns, end))
+        windows[r.concurrency] = (min(lo, r.send_ns), max(hi, end))
+    pairs = [
+        f"C={a} and C={b}"
+        for a, (a_lo, a_hi) in sorted(windows.items())
+        for b, (b_lo, b_hi) in sorted(windows.items())
+        if a < b and a_lo < b_hi and b_lo < a_hi
+    ]
+    return ", ".join(pairs)
 
 
 def _common_name(folders: list[Path]) -> str:

@@ -183,6 +183,8 @@ def test_aiperf_08_is_one_sweep_with_server_facts(
     assert ts.manifest.server.version is not None and ts.manifest.server.version.source == "log"
     assert ts.server_log is not None and ts.server_log.count("sweeper import: server log") == 8
     assert ts.manifest.hardware.gpu_name is not None
+    # the peer sweep ran its levels at the same time on separate servers: said, not hidden
+    assert any("overlapping times" in w for w in ts.manifest.warnings)
     # counters bracket each level: the increase equals AIPerf's "total" for the level
     preempt = [s for s in ts.metrics for x in s.series if x.name == "vllm:num_preemptions_total"]
     assert len(preempt) == 2 * 8
