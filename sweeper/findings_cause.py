@@ -70,9 +70,14 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         "client_lag_p99_ms": _num(lag, 3),
     }
     uses = ["ITL percentiles per level"]
-    if data.server is not None and data.server["scrapes"].fillna(0).sum() > 0:
+    if (
+        data.server is not None
+        and "scrapes" in data.server
+        and data.server["scrapes"].fillna(0).sum() > 0
+    ):
         uses.append("server /metrics: preemptions, waiting, running, KV usage")
-    elif data.server is not None and (data.server.get("gauge_source") == "log").any():
+    gauges = data.server.get("gauge_source") if data.server is not None else None
+    if gauges is not None and gauges.astype(str).str.contains("log").any():
         uses.append("server log: periodic Running / Waiting / KV usage lines")
     if chunked is not None:
         uses.append("server config: enable_chunked_prefill / max_num_batched_tokens")
@@ -85,6 +90,13 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         missing.append(
             N_("the chunked-prefill setting (--server-log, or --max-num-batched-tokens)")
         )
+    server = data.server
+    if (
+        server is not None
+        and "window_overlap" in server.columns
+        and server["window_overlap"].eq(True).any()
+    ):
+        missing.append(N_("server metrics per level (the levels overlap in time)"))
     if not sigs and opened:
         missing.append(N_("per-chunk timestamps of the tail levels (stall timing)"))
 
@@ -134,14 +146,21 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
     if _finite(preempt) and preempt > 0:
         text = _Text().add(
             N_(
-                "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total), "
-                "the waiting queue reached {w} and the KV cache was {kv} full. A preempted request gives up its KV "
-                "cache and is recomputed later, so its stream stalls."
+                "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total)."
             ),
             n=_Num(preempt, 0),
             where=where,
-            w=_Num(waiting, 0) if _finite(waiting) else "?",
-            kv=_Pct(kv) if _finite(kv) else "?",
+        )
+        if _finite(waiting) and _finite(kv):
+            text.add(
+                N_("The waiting queue reached {w} and the KV cache was {kv} full."),
+                w=_Num(waiting, 0),
+                kv=_Pct(kv),
+            )
+        text.add(
+            N_(
+                "A preempted request gives up its KV cache and is recomputed later, so its stream stalls."
+            )
         )
         return done("preemption", "warning", text)
     chunked_on = chunked is True or (isinstance(chunked, str) and chunked.lower() == "true")

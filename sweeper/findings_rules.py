@@ -75,15 +75,28 @@ def roofline(data: RunData, th: Thresholds) -> Finding:
     kv_read = context * float(kv) if _finite(kv) else 0.0
     per_token = weight_read + kv_read
     ideal = tp * float(bw) * GB / per_token
-    measured = data.value(1, "output_throughput_tok_s")
+    # The roofline bounds decoding: compare the single stream's decode speed (its TTFT left out,
+    # which matters for long prompts), else its output throughput.
+    throughput = data.value(1, "output_throughput_tok_s")
     decode = data.value(1, "decode_tok_s_mean")
+    measured = decode if _finite(decode) else throughput
     ratio = measured / ideal
-    text = _Text().add(
+    sentence = (
         N_(
+            "A single stream decodes at {measured} tok/s ({tput} tok/s counting its TTFT), {ratio} of the "
+            "memory-bandwidth roofline of {ideal} tok/s ({bw} GB/s ÷ {gb} GB read per token: the weights "
+            "plus the KV cache of a {ctx}-token context)."
+        )
+        if _finite(decode)
+        else N_(
             "A single stream makes {measured} tok/s, {ratio} of the memory-bandwidth roofline of {ideal} tok/s "
             "({bw} GB/s ÷ {gb} GB read per token: the weights plus the KV cache of a {ctx}-token context)."
-        ),
+        )
+    )
+    text = _Text().add(
+        sentence,
         measured=_tok_s(measured),
+        tput=_tok_s(throughput),
         ratio=_Pct(ratio),
         ideal=_tok_s(ideal),
         bw=_Num(tp * float(bw), 0),
@@ -121,6 +134,7 @@ def roofline(data: RunData, th: Thresholds) -> Finding:
         numbers={
             "ideal_tok_s": _num(ideal, 2),
             "measured_tok_s": _num(measured, 2),
+            "throughput_tok_s": _num(throughput, 2),
             "ratio": _num(ratio),
             "decode_tok_s": _num(decode, 2),
             "bandwidth_gb_s": _num(tp * float(bw), 1),
@@ -279,7 +293,14 @@ def knee(data: RunData, th: Thresholds) -> Finding:
     )
     if at > 0:
         text.add(N_("Before it a slot still brought {gain} tok/s."), gain=_tok_s(gains[at - 1]))
-    if at < len(gains) - 1:
+    if at < len(gains) - 1 and gains[-1] < 0:
+        text.add(
+            N_("By the last step, C={y} to C={z}, throughput falls: {gain} tok/s per added slot."),
+            y=cs[-2],
+            z=cs[-1],
+            gain=_tok_s(gains[-1]),
+        )
+    elif at < len(gains) - 1:
         text.add(
             N_(
                 "By the last step, C={y} to C={z}, a slot brings only {gain} tok/s ({share} of the first)."
@@ -385,19 +406,22 @@ def itl_tail(data: RunData, th: Thresholds) -> Finding:
             N_("The ITL tail stays closed: p99 ITL stays under {thr} the p50 at every level."),
             thr=_times(th.itl_tail_ratio),
         )
-    text.add(
-        N_(
-            "From C={a} to C={b}, p50 ITL goes from {p50a} to {p50b} ({change}); the largest p99/p50 ratio is "
-            "{ratio} at C={at}, which a mean hides."
-        ),
-        a=cs[i_first],
-        b=cs[i_last],
-        p50a=_Ms(p50[i_first]),
-        p50b=_Ms(p50[i_last]),
-        change=_signed_pct(p50[i_last] / p50[i_first] - 1),
-        ratio=_times(max_ratio),
-        at=max_at,
-    )
+    if i_last == i_first:
+        text.add(N_("p99/p50 is {ratio}, which a mean hides."), ratio=_times(max_ratio))
+    else:
+        text.add(
+            N_(
+                "From C={a} to C={b}, p50 ITL goes from {p50a} to {p50b} ({change}); the largest p99/p50 ratio is "
+                "{ratio} at C={at}, which a mean hides."
+            ),
+            a=cs[i_first],
+            b=cs[i_last],
+            p50a=_Ms(p50[i_first]),
+            p50b=_Ms(p50[i_last]),
+            change=_signed_pct(p50[i_last] / p50[i_first] - 1),
+            ratio=_times(max_ratio),
+            at=max_at,
+        )
     return Finding(
         id="itl_tail",
         severity="warning" if opens_at is not None else "info",

@@ -181,7 +181,8 @@ class ModelFacts(_Model):
     hidden_size: Fact | None = None
     dtype: Fact | None = None
     active_parameters: Fact | None = Field(
-        default=None, description="Mixture-of-experts: parameters read per token (for the roofline)."
+        default=None,
+        description="Mixture-of-experts: parameters read per token (for the roofline).",
     )
 
 

@@ -9,9 +9,9 @@ so a histogram's mean for the level is ``delta(sum) / delta(count)``.
 
 Series with the same name but different labels (``engine``, ``model_name``, several servers) are
 summed; KV usage, a fraction per engine, is averaged instead. Old and new vLLM names, SGLang's and
-llama.cpp's are all read. What no scrape says stays NaN: nothing is invented. When there is no
-scrape at all, the periodic "Running / Waiting / KV cache usage" lines of the server log stand in
-for the gauges (column ``gauge_source`` says which it was).
+llama.cpp's are all read. What no scrape says stays NaN: nothing is invented. Where no scrape
+carried a gauge, the periodic "Running / Waiting / KV cache usage" lines of the server log stand
+in for it (column ``gauge_source``: ``metrics``, ``log`` or ``metrics+log``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from sweeper.metrics import request_frame
 from sweeper.store import TraceSet
 
 NS_PER_S = 1e9
+# Levels sharing more than this fraction of their window with another level are not attributed
+# server numbers (a closed-loop sweep's levels follow each other; a little slack for clock skew).
+OVERLAP_TOLERANCE = 0.05
 MS_PER_S = 1e3
 
 # Each quantity and the sample names that carry it, first match wins (new vLLM, old vLLM,
@@ -88,6 +91,7 @@ SERVER_COLUMNS = [
     "window_start_s",
     "window_end_s",
     "scrapes",
+    "window_overlap",
     "gauge_source",
     "preemptions_delta",
     "waiting_max",
@@ -225,8 +229,9 @@ def server_level_frame(ts: TraceSet, *, requests: pd.DataFrame | None = None) ->
     """One row per concurrency level (columns :data:`SERVER_COLUMNS`); NaN where no data."""
     windows = level_windows(ts, requests)
     times, table = _series_table(ts)
-    log_gauges = _log_gauges(ts, windows) if times.size == 0 else {}
+    log_gauges = _log_gauges(ts, windows)
     rows = []
+    overlapping = _overlapping(windows)
     for i, w in enumerate(windows):
         next_start = windows[i + 1].start_s if i + 1 < len(windows) else math.inf
         in_window = int(((times >= w.start_s) & (times <= w.end_s)).sum()) if times.size else 0
@@ -235,16 +240,27 @@ def server_level_frame(ts: TraceSet, *, requests: pd.DataFrame | None = None) ->
             "window_start_s": w.start_s,
             "window_end_s": w.end_s,
             "scrapes": in_window,
+            "window_overlap": w.concurrency in overlapping,
             "gauge_source": None,
         }
+        if w.concurrency in overlapping:
+            # Another level ran at the same time: the server's numbers cannot be told apart.
+            rows.append(row)
+            continue
         for key, names in GAUGES.items():
             mx, mean = _gauge_stats(times, _first(table, names), w.start_s, w.end_s)
             row[f"{key}_max"], row[f"{key}_mean"] = mx, mean
-        if any(math.isfinite(float(row[f"{k}_max"])) for k in GAUGES):  # type: ignore[arg-type]
-            row["gauge_source"] = "metrics"
-        elif w.concurrency in log_gauges:
-            row.update(log_gauges[w.concurrency])
-            row["gauge_source"] = "log"
+        sources = set()
+        for key in GAUGES:
+            if math.isfinite(float(row[f"{key}_max"])):  # type: ignore[arg-type]
+                sources.add("metrics")
+            elif f"{key}_max" in log_gauges.get(w.concurrency, {}):
+                # A gauge no scrape carried (AIPerf keeps only some; llama.cpp has no KV usage):
+                # the log's periodic line stands in for it.
+                row[f"{key}_max"] = log_gauges[w.concurrency][f"{key}_max"]
+                row[f"{key}_mean"] = log_gauges[w.concurrency][f"{key}_mean"]
+                sources.add("log")
+        row["gauge_source"] = "+".join(sorted(sources, reverse=True)) or None
         deltas: dict[str, float] = {}
         for key, names in COUNTERS.items():
             column = _first(table, names)
@@ -281,6 +297,20 @@ def server_level_frame(ts: TraceSet, *, requests: pd.DataFrame | None = None) ->
     return pd.DataFrame(rows, columns=SERVER_COLUMNS)
 
 
+def _overlapping(windows: list[LevelWindow]) -> set[int]:
+    """Levels whose window overlaps another level's by more than OVERLAP_TOLERANCE of its length
+    (imported sets whose levels ran concurrently or whose clocks disagree)."""
+    out: set[int] = set()
+    for a in windows:
+        for b in windows:
+            if a is b:
+                continue
+            shared = min(a.end_s, b.end_s) - max(a.start_s, b.start_s)
+            if shared > OVERLAP_TOLERANCE * (a.end_s - a.start_s):
+                out.add(a.concurrency)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The server log's periodic lines, when nothing was scraped
 
@@ -299,7 +329,7 @@ def _log_gauges(ts: TraceSet, windows: list[LevelWindow]) -> dict[int, dict[str,
     origin = datetime.fromtimestamp(ts.manifest.clock.origin_unix_ns / NS_PER_S, UTC).replace(
         tzinfo=None
     )
-    year = ts.manifest.started_at.year
+    year = origin.year
     naive: list[
         tuple[float, float, float, float]
     ] = []  # (s since origin as if UTC, running, waiting, kv)

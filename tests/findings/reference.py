@@ -56,7 +56,9 @@ TTFT_P99 = {
     32: 2850.0,
     64: 5750.0,
 }  # 1, 16, 32, 64 given
-DECODE_P50_S = {1: 4.06, 64: 10.92}
+# TPOT: 4.06 s / 255 tokens at C=1 and 10.92 s / 255 at C=64 ("解码段从 4.06 秒涨到 10.92 秒");
+# between them ESTIMATE, each consistent with its level's throughput (E2EL = C x 256 / throughput).
+TPOT_MS = {1: 4060 / 255, 2: 16.2, 4: 16.4, 8: 17.2, 16: 22.4, 32: 29.6, 64: 10920 / 255}
 KV_USAGE_MAX = {
     1: 0.015,
     2: 0.03,
@@ -73,9 +75,9 @@ def reference_levels() -> pd.DataFrame:
     rows = []
     for c in LEVELS:
         itl_p50 = ITL_P50[c]
-        tpot = itl_p50 * 1.06
-        ttft_p50 = 0.05 * (255 * tpot)  # TTFT is 3%-7% of the median E2EL
-        e2el = ttft_p50 + 255 * tpot
+        tpot = TPOT_MS[c]
+        e2el = c * 256 / THROUGHPUT[c] * 1e3  # a closed loop: C requests of 256 tokens per E2EL
+        ttft_p50 = e2el - 255 * tpot
         rows.append(
             {
                 "concurrency": c,
@@ -86,18 +88,19 @@ def reference_levels() -> pd.DataFrame:
                 "failed": 0,
                 "output_throughput_tok_s": THROUGHPUT[c],
                 "output_throughput_per_gpu_tok_s": THROUGHPUT[c],
-                "ttft_ms_mean": ttft_p50 * 1.2,
+                "ttft_ms_mean": ttft_p50,
                 "ttft_ms_p50": ttft_p50,
                 "ttft_ms_p99": TTFT_P99[c],
                 "itl_ms_p50": itl_p50,
                 "itl_ms_p90": ITL_P90[c],
                 "itl_ms_p99": ITL_P99[c],
                 "itl_ms_mean": tpot,
+                "tpot_ms_p99": tpot * 1.5,
                 "tpot_ms_p50": tpot,
                 "tpot_ms_mean": tpot,
                 "e2el_ms_p50": e2el,
-                "e2el_ms_mean": e2el * 1.05,
-                "gen_tok_s_mean": 256 / (e2el * 1.05 / 1e3),
+                "e2el_ms_mean": e2el,
+                "gen_tok_s_mean": 256 / (e2el / 1e3),
                 "decode_tok_s_mean": 255 / (255 * tpot / 1e3),
                 "prompt_tokens_mean": 1024.0,
                 "output_tokens_mean": 256.0,

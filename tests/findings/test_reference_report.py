@@ -22,8 +22,11 @@ def test_every_finding_once(found: dict) -> None:
 def test_roofline_is_about_66_tok_s(found: dict) -> None:
     f = found["roofline"]
     assert f.numbers["ideal_tok_s"] == pytest.approx(66.3, rel=0.02)
-    assert f.numbers["measured_tok_s"] == pytest.approx(61.5, abs=0.05)
-    assert f.numbers["ratio"] == pytest.approx(0.927, abs=0.01)
+    # The report compares its single-stream throughput, 61.5 tok/s (92.7%); sweeper compares the
+    # decode speed (255 tokens in the report's 4.06 s), which leaves TTFT out, and says both.
+    assert f.numbers["throughput_tok_s"] == pytest.approx(61.5, abs=0.05)
+    assert f.numbers["measured_tok_s"] == pytest.approx(255 / 4.06, abs=0.05)
+    assert f.numbers["ratio"] == pytest.approx(0.95, abs=0.01)
     assert f.severity == "info"  # bandwidth-bound: nothing wrong
     assert "61.5 tok/s" in f.text["en"] and "带宽" in f.text["zh"]
 
