@@ -1,11 +1,53 @@
-"""Placeholder: replaced by the module's owner."""
+"""``sweeper build``: write the report pages (Markdown, en + zh) of every trace set to a folder.
+
+One library call: :func:`sweeper.site.build_markdown`. ``mkdocs build`` / ``mkdocs serve`` do the
+same generation on their own (the sweeper MkDocs plugin); this command is for people who want the
+Markdown files, e.g. to publish them with another tool.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from sweeper.cli._common import friendly_errors
+from sweeper.site import GENERATED_DIRS, build_markdown, load_entries
+from sweeper.store import DEFAULT_TRACES_DIR
 
 
 @click.command("build")
-def build_command() -> None:
-    """Not written yet."""
-    raise click.ClickException("not implemented yet")
+@click.option(
+    "--traces",
+    "traces_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_TRACES_DIR,
+    show_default=True,
+    help="The folder of trace sets to publish.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs"),
+    show_default=True,
+    help="Where the Markdown goes (runs/ and compare/ are created in it and owned by sweeper).",
+)
+@friendly_errors
+def build_command(traces_dir: Path, out_dir: Path) -> None:
+    """Write a report page per trace set (English page.md + Chinese page.zh.md), the index of
+    runs and the comparison pages, as Markdown with embedded Vega-Lite charts.
+
+    \b
+    Examples:
+      sweeper build                       # traces/ -> docs/runs/, docs/compare/
+      sweeper build --traces my-runs --out /tmp/pages
+    """
+    pages = build_markdown(traces_dir, out_dir)
+    broken = [e for e in load_entries(traces_dir) if e.error is not None]
+    click.echo(
+        f"wrote {len(pages)} pages to {', '.join(str(out_dir / d) for d in GENERATED_DIRS)} "
+        f"from {traces_dir}"
+    )
+    for entry in broken:
+        click.echo(f"left out {entry.folder}: {entry.error}", err=True)

@@ -1,0 +1,87 @@
+"""``mkdocs build --strict`` from trace sets: the built HTML, its assets, offline, escaped."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbconvert.preprocessors import ExecutePreprocessor
+from site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "notebooks" / "explore.ipynb"
+
+
+def test_every_run_page_is_built_in_both_languages(built_site) -> None:
+    for run in (RUN_A, RUN_B, RUN_XSS):
+        assert (built_site.site_dir / "runs" / run / "index.html").exists()
+        assert (built_site.site_dir / "zh" / "runs" / run / "index.html").exists()
+    assert not (built_site.site_dir / "runs" / BROKEN).exists()
+    index = (built_site.site_dir / "runs" / "index.html").read_text()
+    assert BROKEN in html.unescape(index)  # the error entry
+    zh = (built_site.site_dir / "zh" / "runs" / RUN_A / "index.html").read_text()
+    assert '<html lang="zh"' in zh and "结论" in zh
+
+
+def test_charts_and_their_script_are_served_by_the_site(built_site) -> None:
+    page = (built_site.site_dir / "runs" / RUN_A / "index.html").read_text()
+    assert page.count('class="sweeper-chart"') == 7
+    for asset in ("vega-bundle.js", "sweeper-charts.js", "sweeper.css"):
+        assert (built_site.site_dir / "assets" / "sweeper" / asset).exists()
+        assert f"assets/sweeper/{asset}" in page
+    bundle = (built_site.site_dir / "assets" / "sweeper" / "vega-bundle.js").read_text()
+    assert bundle.startswith("(function () {") and "window.vegaEmbed=" in bundle
+
+
+def test_nothing_is_loaded_from_another_host(built_site) -> None:
+    for path in built_site.site_dir.rglob("*.html"):
+        text = path.read_text()
+        for url in re.findall(
+            r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', text
+        ):
+            assert url.startswith(built_site.base_url), f"{path}: loads {url}"
+        assert "fonts.googleapis.com" not in text, path
+
+
+def test_trace_set_text_is_shown_never_run(built_site) -> None:
+    for path in (
+        built_site.site_dir / "runs" / RUN_XSS / "index.html",
+        built_site.site_dir / "zh" / "runs" / RUN_XSS / "index.html",
+    ):
+        text = path.read_text()
+        assert XSS not in text
+        assert (
+            "&#60;script&#62;alert&#40;1&#41;&#60;/script&#62;" in text
+            or "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+        )
+        assert 'href="javascript' not in text
+
+
+def test_build_log_has_no_warnings(built_site) -> None:
+    assert not re.findall(r"^WARNING +-.*$", built_site.log, flags=re.MULTILINE)
+    assert "could not be computed" not in built_site.log
+
+
+def test_notebook_runs_from_top_to_bottom(tmp_path: Path) -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    ExecutePreprocessor(timeout=300, kernel_name="python3").preprocess(
+        notebook, {"metadata": {"path": str(tmp_path)}}
+    )
+    outputs = [
+        o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+    ]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/svg+xml" in o.get("data", {}) for o in outputs), (
+        "the chart was not drawn as SVG"
+    )
+
+
+def test_notebook_page_is_a_rendered_page_in_both_languages(built_site) -> None:
+    for prefix in ("", "zh/"):
+        page = built_site.site_dir / prefix / "notebooks" / "explore" / "index.html"
+        text = page.read_text()
+        assert "<svg" in text and "require.js" not in text

@@ -1,0 +1,174 @@
+"""Report pages, the index and comparisons, as Markdown: content, languages, escaping, layout."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from site_helpers import BROKEN, MARKDOWN_MODEL, RUN_A, RUN_B, RUN_XSS, XSS
+
+from sweeper import site
+from sweeper.cli import cli
+from sweeper.errors import SweeperError
+from sweeper.pages import RunData, chart_html, collect_run, esc, render_run_page
+from sweeper.store import load_trace_set
+
+
+@pytest.fixture(scope="module")
+def run_a(site_traces: Path) -> RunData:
+    return collect_run(load_trace_set(site_traces / RUN_A))
+
+
+@pytest.fixture(scope="module")
+def pages(site_traces: Path) -> dict[str, str]:
+    return site.generate_pages(site_traces)
+
+
+def _specs(markdown: str) -> list[dict]:
+    return [json.loads(html.unescape(m)) for m in re.findall(r'data-spec="([^"]*)"', markdown)]
+
+
+def test_layout_has_each_run_index_and_comparison_in_both_languages(pages) -> None:
+    for lang_suffix in ("", ".zh"):
+        for run in (RUN_A, RUN_B, RUN_XSS):
+            assert f"runs/{run}/index{lang_suffix}.md" in pages
+        assert f"runs/index{lang_suffix}.md" in pages
+    compare = [p for p in pages if p.startswith("compare/")]
+    assert len(compare) == 2  # synthetic-a and -b share the model "tiny": en + zh
+    assert site.generated_nav(pages)[0] == "runs/index.md"
+    assert not any(p.endswith(".zh.md") for p in site.generated_nav(pages))
+
+
+def test_run_page_has_every_chart_with_a_complete_spec(run_a) -> None:
+    page = render_run_page(run_a, "en")
+    specs = _specs(page)
+    # throughput-latency, scaling, marginal gain, ITL split, E2EL, KV occupancy (capacity known), timeline
+    assert len(specs) == 7
+    assert all(s["$schema"].startswith("https://vega.github.io/schema/vega-lite/v6") for s in specs)
+    assert "Figure 7" in page and "Measured results" in page and "How it was recorded" in page
+
+
+def test_sections_resting_on_findings_are_left_out_when_findings_are_missing(run_a) -> None:
+    bare = RunData(ts=run_a.ts, levels=run_a.levels, requests=run_a.requests, findings={})
+    page = render_run_page(bare, "en")
+    for heading in (
+        "Cause of the tail",
+        "Memory headroom",
+        "Choosing a level by service level",
+        "What to change next",
+    ):
+        assert heading not in page
+    assert "Recommended operating point" not in page
+    assert "sweeper-finding" not in page
+    # what the measurements show is still there
+    assert len(_specs(page)) == 7 and "Measured results" in page
+
+
+def test_findings_are_written_in_the_page_language(run_a) -> None:
+    if not run_a.findings:
+        pytest.skip("sweeper.findings is not available in this checkout")
+    knee = run_a.findings["knee"]
+    assert esc(knee.text["en"]) in render_run_page(run_a, "en")
+    assert esc(knee.text["zh"]) in render_run_page(run_a, "zh")
+
+
+def test_chinese_page_uses_the_catalog_and_chinese_dates(run_a) -> None:
+    page = render_run_page(run_a, "zh")
+    assert "## 结论" in page and "完整测量结果" in page
+    assert "2026年11月29日" in page
+    assert "Measured results" not in page
+    labels = json.dumps(_specs(page), ensure_ascii=False)
+    assert "输出吞吐" in labels
+
+
+def test_everything_from_a_trace_set_is_escaped(pages) -> None:
+    for path in (f"runs/{RUN_XSS}/index.md", f"runs/{RUN_XSS}/index.zh.md", "runs/index.md"):
+        text = pages[path]
+        assert XSS not in text
+        assert "javascript:" not in text and "](javascript" not in text
+    assert esc(MARKDOWN_MODEL + XSS) in pages[f"runs/{RUN_XSS}/index.md"]
+    # The front-matter title (used unescaped by MkDocs' templates) is HTML-escaped too.
+    front = pages[f"runs/{RUN_XSS}/index.md"].split("---")[1]
+    assert "<" not in front
+
+
+def test_esc_neutralises_html_and_markdown() -> None:
+    assert esc("<b>[x](y)</b> *a* `c` |") == (
+        "&#60;b&#62;&#91;x&#93;&#40;y&#41;&#60;/b&#62; &#42;a&#42; &#96;c&#96; &#124;"
+    )
+
+
+def test_chart_html_keeps_the_spec_in_an_escaped_attribute() -> None:
+    spec = {"$schema": "x", "title": "\"quoted\" <tag> & 'single'"}
+    div = chart_html(spec)
+    assert div.startswith('<div class="sweeper-chart" data-spec="') and "<tag>" not in div
+    assert json.loads(html.unescape(re.search(r'data-spec="([^"]*)"', div).group(1))) == spec
+
+
+def test_broken_trace_set_gets_an_error_entry_and_the_others_publish(pages) -> None:
+    index = pages["runs/index.md"]
+    assert "Trace sets that could not be read" in index
+    assert (
+        esc(BROKEN) in index
+        and esc(f"{BROKEN}/manifest.json") in index
+        and "not valid JSON" in index
+    )
+    for run in (RUN_A, RUN_B, RUN_XSS):
+        assert f"({run}/index.md)" in index
+    assert "无法读取的 trace set" in pages["runs/index.zh.md"]
+
+
+def test_comparison_page_overlays_the_runs_of_one_model(pages) -> None:
+    path = next(p for p in pages if p.startswith("compare/") and not p.endswith(".zh.md"))
+    text = pages[path]
+    assert RUN_A in text and RUN_B in text
+    specs = _specs(text)
+    assert len(specs) == 2
+    runs = {row["run"] for s in specs for rows in s["datasets"].values() for row in rows}
+    assert runs == {RUN_A, RUN_B}
+
+
+def test_write_pages_touches_only_changed_files_and_removes_stale_ones(
+    tmp_path: Path, pages
+) -> None:
+    docs = tmp_path / "docs"
+    assert site.write_pages(pages, docs) == len(pages)
+    assert site.write_pages(pages, docs) == 0
+    stale = docs / "runs" / "gone" / "index.md"
+    stale.parent.mkdir()
+    stale.write_text("old")
+    assert site.write_pages(pages, docs) == 1
+    assert not stale.parent.exists()
+
+
+def test_write_pages_refuses_a_folder_sweeper_did_not_create(tmp_path: Path, pages) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "mine.md").write_text("hand-written")
+    with pytest.raises(SweeperError, match="was not generated by sweeper"):
+        site.write_pages(pages, tmp_path)
+    assert (tmp_path / "runs" / "mine.md").read_text() == "hand-written"
+
+
+def test_sweeper_build_writes_the_same_markdown(tmp_path: Path, site_traces: Path, pages) -> None:
+    result = CliRunner().invoke(
+        cli, ["build", "--traces", str(site_traces), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"wrote {len(pages)} pages" in result.output
+    assert BROKEN in result.output
+    for relative, text in pages.items():
+        assert (tmp_path / relative).read_text(encoding="utf-8") == text
+
+
+def test_sweeper_build_error_is_one_line(tmp_path: Path, site_traces: Path) -> None:
+    (tmp_path / "compare").mkdir()
+    (tmp_path / "compare" / "x.md").write_text("mine")
+    result = CliRunner().invoke(
+        cli, ["build", "--traces", str(site_traces), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 1
+    assert "Error:" in result.output and "Traceback" not in result.output
