@@ -245,7 +245,9 @@ def level_frame(
     output_tokens_mean, multi_token_gap_share, and goodput_rps when ``slos`` is given
     (e.g. ``{"ttft_ms": 500, "tpot_ms": 50}``: a request counts when every value is <= its bound).
     Added since: cancelled, output_tokens_total, prompt_tokens_total, gaps, basis (``requests``,
-    ``requests+tool_duration`` or ``tool_summary``: where the row's numbers come from).
+    ``requests+tool_duration`` or ``tool_summary``: where the row's numbers come from), and
+    output_len_mismatches / input_len_mismatches (completed requests whose server-reported token
+    count differs from the workload's asked length; NaN when no fixed length was asked).
     """
     req = request_frame(ts) if requests is None else requests
     gap = gap_frame(ts) if gaps is None else gaps
@@ -267,6 +269,10 @@ def level_frame(
             tool_duration=source.send_times == "reconstructed",
             slos=slos,
         )
+        asked = ts.manifest.workload
+        ok = grp[grp["status"] == "ok"]
+        row["output_len_mismatches"] = _mismatches(ok["output_tokens"], asked.output_len)
+        row["input_len_mismatches"] = _mismatches(ok["prompt_tokens"], asked.input_len)
         rows.append(row)
     seen = {int(r["concurrency"]) for r in rows}
     for key, summary in source.summaries.items():
@@ -277,6 +283,16 @@ def level_frame(
     frame = pd.DataFrame(rows).sort_values("concurrency", kind="stable").reset_index(drop=True)
     frame["output_throughput_per_gpu_tok_s"] = frame["output_throughput_tok_s"] / n_gpu
     return frame
+
+
+def _mismatches(tokens: pd.Series, asked: int | None) -> float:
+    """Completed requests whose server-reported token count differs from what was asked
+    (NaN when nothing fixed was asked or the server reported no usage)."""
+    values = tokens.to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if asked is None or values.size == 0:
+        return _NAN
+    return float((values != asked).sum())
 
 
 def _level_row(

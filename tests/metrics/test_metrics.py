@@ -229,3 +229,16 @@ def test_gzip_trace_set_reads_the_same(tmp_path: Path) -> None:
         load_trace_set(write_synthetic_run(tmp_path, "z", levels, output_len=16, compress=True))
     )
     pd.testing.assert_frame_equal(plain, packed)
+
+
+def test_token_count_mismatch_with_what_was_asked_is_reported(tmp_path: Path) -> None:
+    """Token counts come from the server's usage; a request that got fewer than asked shows."""
+    requests = [trace(str(i), i * 200, [10, 20, 30, 40]) for i in range(3)]
+    requests.append(trace("short", 900, [10, 20], completion=2))
+    ts = write_set(tmp_path, requests)
+    ts.manifest.workload.output_len = 4
+    ts.manifest.workload.input_len = 100
+    row = level_frame(ts).iloc[0]
+    assert row["output_len_mismatches"] == 1 and row["input_len_mismatches"] == 0
+    ts.manifest.workload.output_len = None
+    assert np.isnan(level_frame(ts).iloc[0]["output_len_mismatches"])
