@@ -2,19 +2,27 @@
 writer, and a local OpenAI-compatible streaming server with a scripted timing model
 (:mod:`sweeper.testing.server`)."""
 
+from typing import Any
+
 from sweeper.testing.factories import (
     SyntheticLevel,
     synthetic_manifest,
     synthetic_requests,
     write_synthetic_run,
 )
-from sweeper.testing.server import (
-    FaultRule,
-    ServerConfig,
-    closed_port_url,
-    run_server,
-    spawn_server,
-)
+
+# The server's names load on first use: ``python -m sweeper.testing.server`` must not find the
+# module already imported by this package (runpy warns about that).
+_SERVER_NAMES = ("FaultRule", "ServerConfig", "closed_port_url", "run_server", "spawn_server")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SERVER_NAMES:
+        from sweeper.testing import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'sweeper.testing' has no attribute {name!r}")
+
 
 __all__ = [
     "FaultRule",

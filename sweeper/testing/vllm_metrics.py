@@ -109,7 +109,7 @@ class VllmMetrics:
             "vllm:iteration_tokens_total", "Tokens per engine step", ITERATION_TOKEN_BUCKETS
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)  # type: ignore[arg-type]
+        self.registry.register(self)
 
     def request_finished(self, reason: str) -> None:
         self.finished[reason] = self.finished.get(reason, 0) + 1
