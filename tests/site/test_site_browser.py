@@ -1,0 +1,175 @@
+"""The built site in headless Chromium (Debian's, driven by playwright; no browser download):
+every chart draws, the language switch lands on the same page, nothing leaves localhost, no
+console errors, also after Material's instant navigation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from site_helpers import RUN_A, RUN_B, RUN_XSS, XSS
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = Path(os.environ.get("SWEEPER_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DRAW_TIMEOUT_MS = 30_000
+SCREENSHOTS = (
+    Path(os.environ.get("SWEEPER_SCREENSHOTS", ""))
+    if os.environ.get("SWEEPER_SCREENSHOTS")
+    else None
+)
+
+
+class Browser:
+    """One page with every request routed (anything not on the test server is aborted and
+    recorded) and every console error and page error recorded."""
+
+    def __init__(self, page, base_url: str):
+        self.page = page
+        self.base_url = base_url
+        self.host = urlsplit(base_url).netloc
+        self.foreign: list[str] = []
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        page.route("**/*", self._route)
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("dialog", self._dialog)
+
+    def _route(self, route) -> None:
+        url = urlsplit(route.request.url)
+        if url.scheme in ("data", "blob") or url.netloc == self.host:
+            route.continue_()
+        else:
+            self.foreign.append(route.request.url)
+            route.abort()
+
+    def _dialog(self, dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def open(self, path: str) -> None:
+        self.page.goto(self.base_url + path)
+        self.wait_for_charts()
+
+    def wait_for_charts(self) -> None:
+        self.page.wait_for_function(
+            """() => {
+              const charts = [...document.querySelectorAll('div.sweeper-chart')];
+              return charts.every(c => c.dataset.sweeperDrawn === 'done' && c.querySelector('svg'));
+            }""",
+            timeout=DRAW_TIMEOUT_MS,
+        )
+
+    def chart_count(self) -> tuple[int, int]:
+        return self.page.evaluate(
+            """() => [document.querySelectorAll('div.sweeper-chart').length,
+                      document.querySelectorAll('div.sweeper-chart svg.marks').length]"""
+        )
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"no Chromium at {CHROMIUM}: apt-get install chromium (or set SWEEPER_CHROMIUM)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser(chromium, built_site) -> Iterator[Browser]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    yield Browser(page, built_site.base_url)
+    context.close()
+
+
+def _clean(browser: Browser) -> None:
+    assert browser.foreign == [], f"requests left localhost: {browser.foreign}"
+    assert browser.errors == [], f"console errors: {browser.errors}"
+    assert browser.dialogs == [], f"a script from a trace set ran: {browser.dialogs}"
+
+
+@pytest.mark.parametrize("prefix", ["", "zh/"])
+def test_every_chart_draws_on_a_run_page(browser: Browser, prefix: str) -> None:
+    browser.open(f"{prefix}runs/{RUN_A}/")
+    charts, drawn = browser.chart_count()
+    assert charts == 7 and drawn == 7
+    if SCREENSHOTS is not None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        browser.page.screenshot(
+            path=str(SCREENSHOTS / f"run-{prefix.strip('/') or 'en'}.png"), full_page=True
+        )
+    _clean(browser)
+
+
+def test_comparison_and_index_pages_draw(browser: Browser) -> None:
+    browser.open("runs/")
+    link = browser.page.locator("a[href*='compare/']").first
+    link.click()
+    browser.page.wait_for_url("**/compare/**")
+    browser.wait_for_charts()
+    charts, drawn = browser.chart_count()
+    assert charts == 2 and drawn == 2
+    _clean(browser)
+
+
+def test_language_switch_lands_on_the_same_page(browser: Browser) -> None:
+    browser.open(f"runs/{RUN_A}/")
+    browser.page.locator("a[hreflang='zh']").first.dispatch_event("click")
+    browser.page.wait_for_url(f"**/zh/runs/{RUN_A}/")
+    assert browser.page.evaluate("document.documentElement.lang") == "zh"
+    browser.wait_for_charts()
+    browser.page.locator("a[hreflang='en']").first.dispatch_event("click")
+    browser.page.wait_for_url(f"{browser.base_url}runs/{RUN_A}/")
+    assert browser.page.evaluate("document.documentElement.lang") == "en"
+    _clean(browser)
+
+
+def test_charts_and_language_switch_survive_instant_navigation(browser: Browser) -> None:
+    browser.open(f"runs/{RUN_A}/")
+    browser.page.evaluate("window.__sweeperMarker = 1")  # gone if the next page is a full load
+    browser.page.locator(f"nav a[href*='{RUN_B}']").first.click()
+    browser.page.wait_for_url(f"**/runs/{RUN_B}/")
+    browser.wait_for_charts()
+    assert browser.page.evaluate("window.__sweeperMarker") == 1, "the navigation was not instant"
+    charts, drawn = browser.chart_count()
+    assert charts == drawn and drawn >= 6
+    # The header still holds the first page's language link; the switch must follow this page.
+    browser.page.locator("a[hreflang='zh']").first.dispatch_event("click")
+    browser.page.wait_for_url(f"**/zh/runs/{RUN_B}/")
+    assert browser.page.evaluate("document.documentElement.lang") == "zh"
+    browser.wait_for_charts()
+    _clean(browser)
+
+
+def test_a_script_in_a_trace_set_shows_as_text(browser: Browser) -> None:
+    for prefix in ("", "zh/"):
+        browser.open(f"{prefix}runs/{RUN_XSS}/")
+        assert XSS in browser.page.locator("article").inner_text()
+        assert browser.page.evaluate("document.querySelectorAll('article script').length") == 0
+    _clean(browser)
+
+
+def test_notebook_page_renders_offline(browser: Browser) -> None:
+    browser.open("notebooks/explore/")
+    assert browser.page.locator("svg").count() > 0
+    _clean(browser)
