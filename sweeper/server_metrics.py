@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sweeper.metrics import request_frame
+from sweeper.schema import MetricSample
 from sweeper.store import TraceSet
 
 NS_PER_S = 1e9
@@ -148,7 +149,7 @@ def level_windows(ts: TraceSet, requests: pd.DataFrame | None = None) -> list[Le
     return [windows[c] for c in sorted(windows)]
 
 
-def _series_table(ts: TraceSet) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _series_table(samples_in: Sequence[MetricSample]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Scrape times (s) and, per sample name of interest, its value at each scrape (NaN where
     absent), reduced across label sets (sum, or mean for averaged gauges)."""
     wanted: dict[str, str] = {}  # sample name -> how to reduce ("sum" / "mean")
@@ -162,7 +163,7 @@ def _series_table(ts: TraceSet) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         for name in names:
             wanted[name + "_sum"] = "sum"
             wanted[name + "_count"] = "sum"
-    samples = sorted((s for s in ts.metrics if s.error is None and s.series), key=lambda s: s.t_ns)
+    samples = sorted((s for s in samples_in if s.error is None and s.series), key=lambda s: s.t_ns)
     times = np.array([s.t_ns / NS_PER_S for s in samples], dtype=float)
     table: dict[str, np.ndarray] = {}
     for i, sample in enumerate(samples):
@@ -226,30 +227,43 @@ def _gauge_stats(
 
 
 def server_level_frame(ts: TraceSet, *, requests: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per concurrency level (columns :data:`SERVER_COLUMNS`); NaN where no data."""
+    """One row per concurrency level (columns :data:`SERVER_COLUMNS`); NaN where no data.
+
+    Each metrics URL is reduced on its own and the results combined (several servers behind one
+    sweep: counters and gauges summed, KV usage averaged). When levels overlap in time and each
+    had a server of its own (an imported sweep run in parallel), each level reads only the URL
+    whose scrapes bracket its window; when they overlap on one server, the level gets no server
+    numbers (``window_overlap``)."""
     windows = level_windows(ts, requests)
-    times, table = _series_table(ts)
-    log_gauges = _log_gauges(ts, windows)
-    rows = []
+    by_url: dict[str, list[MetricSample]] = defaultdict(list)
+    for sample in ts.metrics:
+        by_url[sample.url].append(sample)
+    tables = {url: _series_table(samples) for url, samples in sorted(by_url.items())}
     overlapping = _overlapping(windows)
+    own_server = len(tables) > 1 and bool(overlapping)
+    log_gauges = _log_gauges(ts, [w for w in windows if w.concurrency not in overlapping])
+    rows = []
     for i, w in enumerate(windows):
         next_start = windows[i + 1].start_s if i + 1 < len(windows) else math.inf
-        in_window = int(((times >= w.start_s) & (times <= w.end_s)).sum()) if times.size else 0
+        if own_server:
+            url = _bracketing_url(tables, w)
+            use = {url: tables[url]} if url is not None else {}
+            # That server ran this level alone; its next scrapes may belong to a later level.
+            next_start = w.end_s + OVERLAP_TOLERANCE * (w.end_s - w.start_s)
+        elif w.concurrency in overlapping:
+            use = {}
+        else:
+            use = tables
+        parts = [_level_values(times, table, w, next_start) for times, table in use.values()]
         row: dict[str, float | int | str | None] = {
             "concurrency": w.concurrency,
             "window_start_s": w.start_s,
             "window_end_s": w.end_s,
-            "scrapes": in_window,
-            "window_overlap": w.concurrency in overlapping,
+            "scrapes": sum(int(p["scrapes"]) for p in parts),
+            "window_overlap": w.concurrency in overlapping and not own_server,
             "gauge_source": None,
         }
-        if w.concurrency in overlapping:
-            # Another level ran at the same time: the server's numbers cannot be told apart.
-            rows.append(row)
-            continue
-        for key, names in GAUGES.items():
-            mx, mean = _gauge_stats(times, _first(table, names), w.start_s, w.end_s)
-            row[f"{key}_max"], row[f"{key}_mean"] = mx, mean
+        row.update(_combine(parts))
         sources = set()
         for key in GAUGES:
             if math.isfinite(float(row[f"{key}_max"])):  # type: ignore[arg-type]
@@ -261,40 +275,92 @@ def server_level_frame(ts: TraceSet, *, requests: pd.DataFrame | None = None) ->
                 row[f"{key}_mean"] = log_gauges[w.concurrency][f"{key}_mean"]
                 sources.add("log")
         row["gauge_source"] = "+".join(sorted(sources, reverse=True)) or None
-        deltas: dict[str, float] = {}
-        for key, names in COUNTERS.items():
-            column = _first(table, names)
-            deltas[key] = (
-                math.nan
-                if column is None
-                else _counter_delta(times, column, w.start_s, w.end_s, next_start)
-            )
-        row["preemptions_delta"] = deltas["preemptions"]
-        row["prompt_tokens_delta"] = deltas["prompt_tokens"]
-        row["generation_tokens_delta"] = deltas["generation_tokens"]
-        queries = deltas["prefix_queries"]
-        row["prefix_cache_hit_rate"] = (
-            deltas["prefix_hits"] / queries if queries and queries > 0 else math.nan
-        )
-        for key, families in HISTOGRAMS.items():
-            mean = math.nan
-            for family in families:
-                s_col, c_col = table.get(family + "_sum"), table.get(family + "_count")
-                if s_col is None or c_col is None:
-                    continue
-                d_sum = _counter_delta(times, s_col, w.start_s, w.end_s, next_start)
-                d_count = _counter_delta(times, c_col, w.start_s, w.end_s, next_start)
-                if math.isfinite(d_sum) and math.isfinite(d_count) and d_count > 0:
-                    mean = d_sum / d_count
-                    break
-            if key in SECONDS_HISTOGRAMS:
-                row[f"{key}_mean_ms"] = mean * MS_PER_S
-            else:
-                row[f"{key}_mean"] = mean
         rows.append(row)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in SERVER_COLUMNS})
     return pd.DataFrame(rows, columns=SERVER_COLUMNS)
+
+
+def _level_values(
+    times: np.ndarray, table: dict[str, np.ndarray], w: LevelWindow, next_start: float
+) -> dict[str, float]:
+    """One URL's raw numbers for one level: gauge max / mean, counter deltas, histogram deltas."""
+    out: dict[str, float] = {
+        "scrapes": float(((times >= w.start_s) & (times <= w.end_s)).sum()) if times.size else 0.0
+    }
+    for key, names in GAUGES.items():
+        out[f"{key}_max"], out[f"{key}_mean"] = _gauge_stats(
+            times, _first(table, names), w.start_s, w.end_s
+        )
+    for key, names in COUNTERS.items():
+        column = _first(table, names)
+        out[key] = (
+            math.nan
+            if column is None
+            else _counter_delta(times, column, w.start_s, w.end_s, next_start)
+        )
+    for key, families in HISTOGRAMS.items():
+        out[f"{key}_sum"] = out[f"{key}_count"] = math.nan
+        for family in families:
+            s_col, c_col = table.get(family + "_sum"), table.get(family + "_count")
+            if s_col is None or c_col is None:
+                continue
+            d_sum = _counter_delta(times, s_col, w.start_s, w.end_s, next_start)
+            d_count = _counter_delta(times, c_col, w.start_s, w.end_s, next_start)
+            if math.isfinite(d_sum) and math.isfinite(d_count):
+                out[f"{key}_sum"], out[f"{key}_count"] = d_sum, d_count
+                break
+    return out
+
+
+def _nansum(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(sum(finite)) if finite else math.nan
+
+
+def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Several servers' numbers for one level: sums, KV usage averaged, histogram means pooled."""
+    out: dict[str, float] = {}
+    for key in GAUGES:
+        for stat in ("max", "mean"):
+            values = [p[f"{key}_{stat}"] for p in parts]
+            if key in AVERAGED_GAUGES:
+                finite = [v for v in values if math.isfinite(v)]
+                out[f"{key}_{stat}"] = float(np.mean(finite)) if finite else math.nan
+            else:
+                out[f"{key}_{stat}"] = _nansum(values)
+    deltas = {key: _nansum([p[key] for p in parts]) for key in COUNTERS}
+    out["preemptions_delta"] = deltas["preemptions"]
+    out["prompt_tokens_delta"] = deltas["prompt_tokens"]
+    out["generation_tokens_delta"] = deltas["generation_tokens"]
+    queries = deltas["prefix_queries"]
+    out["prefix_cache_hit_rate"] = deltas["prefix_hits"] / queries if queries > 0 else math.nan
+    for key in HISTOGRAMS:
+        total, count = (
+            _nansum([p[f"{key}_sum"] for p in parts]),
+            _nansum([p[f"{key}_count"] for p in parts]),
+        )
+        mean = total / count if math.isfinite(count) and count > 0 else math.nan
+        if key in SECONDS_HISTOGRAMS:
+            out[f"{key}_mean_ms"] = mean * MS_PER_S
+        else:
+            out[f"{key}_mean"] = mean
+    return out
+
+
+def _bracketing_url(
+    tables: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]], w: LevelWindow
+) -> str | None:
+    """The URL with scrapes closest to this level's start and end (its own server; a server may
+    have run several levels one after another)."""
+    best, best_miss = None, math.inf
+    for url, (times, _) in tables.items():
+        if times.size == 0:
+            continue
+        miss = float(np.abs(times - w.start_s).min() + np.abs(times - w.end_s).min())
+        if miss < best_miss:
+            best, best_miss = url, miss
+    return best
 
 
 def _overlapping(windows: list[LevelWindow]) -> set[int]:

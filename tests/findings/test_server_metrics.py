@@ -133,3 +133,41 @@ def test_log_lines_stand_in_when_nothing_was_scraped(tmp_path: Path) -> None:
     assert frame.iloc[1]["waiting_max"] == 5
     assert frame.iloc[1]["kv_usage_max"] == pytest.approx(0.095)
     assert math.isnan(frame.iloc[1]["preemptions_delta"])
+
+
+def _overlapping_run(tmp_path: Path, samples: list[MetricSample]) -> Path:
+    levels = [
+        SyntheticLevel(concurrency=1, ttft_ms=10, itl_ms=5, requests=4),
+        SyntheticLevel(concurrency=4, ttft_ms=20, itl_ms=8, requests=8),
+    ]
+    manifest = synthetic_manifest("ov", levels, input_len=100, output_len=32)
+    # Both levels ran at the same time (an imported sweep run on two servers in parallel).
+    manifest.levels = [
+        LevelStatus(concurrency=1, status="complete", start_ns=0, end_ns=10 * 10**9),
+        LevelStatus(concurrency=4, status="complete", start_ns=1 * 10**9, end_ns=11 * 10**9),
+    ]
+    return write_trace_set(tmp_path / "ov", manifest, synthetic_requests(levels), samples)
+
+
+def _at(url: str, t_s: float, preemptions: float) -> MetricSample:
+    return MetricSample(
+        t_ns=round(t_s * 1e9),
+        url=url,
+        series=[Series(name="vllm:num_preemptions_total", labels={}, value=preemptions)],
+    )
+
+
+def test_overlapping_levels_on_their_own_servers_read_their_own_url(tmp_path: Path) -> None:
+    a, b = "http://a:8000/metrics", "http://b:8000/metrics"
+    samples = [_at(a, 0, 0), _at(a, 10, 3), _at(b, 1, 100), _at(b, 11, 107)]
+    frame = server_level_frame(load_trace_set(_overlapping_run(tmp_path, samples)))
+    assert frame["preemptions_delta"].tolist() == [3, 7]
+    assert not frame["window_overlap"].any()
+
+
+def test_overlapping_levels_on_one_server_get_no_server_numbers(tmp_path: Path) -> None:
+    a = "http://a:8000/metrics"
+    samples = [_at(a, 0, 0), _at(a, 1, 1), _at(a, 10, 3), _at(a, 11, 7)]
+    frame = server_level_frame(load_trace_set(_overlapping_run(tmp_path, samples)))
+    assert frame["window_overlap"].all()
+    assert frame["preemptions_delta"].isna().all()
