@@ -150,15 +150,31 @@ def _stats_list(requests: Any, path: Path, where: str) -> list[tuple[str, dict[s
     return out
 
 
+# GuideLLM before 0.4 kept the times on the request itself, under other names.
+_OLD_TIMING_NAMES = {
+    "request_start": "start_time",
+    "first_token_iteration": "first_token_time",
+    "last_token_iteration": "last_token_time",
+    "request_end": "end_time",
+}
+
+
 def _timing(item: Any, key: str, path: Path, where: str, required: bool = True) -> float:
-    timings = ((item or {}).get("info") or {}).get("timings") if isinstance(item, dict) else None
-    if not isinstance(timings, dict):
+    """One of a request's Unix-second timings: ``info.timings.<key>`` (GuideLLM 0.4+), else the
+    older flat field (``start_time``, ``first_token_time``...)."""
+    if not isinstance(item, dict):
+        raise ImportFormatError(f"expected a request object; {WHAT}", path, where)
+    timings = (item.get("info") or {}).get("timings")
+    if isinstance(timings, dict):
+        value, name = timings.get(key), f"info.timings.{key}"
+    elif _OLD_TIMING_NAMES[key] in item:
+        value, name = item.get(_OLD_TIMING_NAMES[key]), _OLD_TIMING_NAMES[key]
+    else:
         raise ImportFormatError(f"missing key 'info.timings'; expected {WHAT}", path, where)
-    value = timings.get(key)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if required:
-        raise ImportFormatError(f"missing key 'info.timings.{key}'; expected {WHAT}", path, where)
+        raise ImportFormatError(f"missing key {name!r}; expected {WHAT}", path, where)
     return float("nan")
 
 

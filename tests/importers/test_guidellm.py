@@ -180,3 +180,24 @@ def test_guidellm_missing_timing_names_the_request(tmp_path: Path) -> None:
     assert "benchmarks.json" in message
     assert "benchmarks[1].requests.successful[3]" in message
     assert "request_start" in message
+
+
+def test_older_guidellm_layout_with_flat_times(tmp_path: Path) -> None:
+    """GuideLLM before 0.4: ``args.strategy`` and the times on the request itself
+    (start_time, first_token_time, last_token_time, end_time)."""
+    path, data = report(tmp_path)
+    bench = data["benchmarks"][1]
+    bench["args"] = bench.pop("config")
+    for item in bench["requests"]["successful"]:
+        timings = item.pop("info")["timings"]
+        item["start_time"] = timings["request_start"]
+        item["first_token_time"] = timings["first_token_iteration"]
+        item["last_token_time"] = timings["last_token_iteration"]
+        item["end_time"] = timings["request_end"]
+    data["benchmarks"] = [bench]
+    del data["metadata"]
+    path.write_text(json.dumps(data))
+    summary = import_and_summarize("guidellm", [path], tmp_path / "t", "old")
+    ttft = bench["metrics"]["time_to_first_token_ms"]["successful"]
+    assert level(summary, 4)["ttft_ms"]["mean"] == pytest.approx(ttft["mean"], abs=TOL_MS)
+    assert summary["source"]["version"] is None
