@@ -8,7 +8,7 @@ docs/summary-json.md. Its shape is a contract other tools read::
       "ttft_ms": {"mean": .., "p50": .., "p90": .., "p95": .., "p99": ..},
       "tpot_ms": {...}, "itl_ms": {...}, "e2el_ms": {...}}, ...]}
 
-Keys may be added (``summary_version``, ``source``, ``notes``, per-level ``requests``,
+Keys may be added (``summary_version``, ``source``, ``notes``, ``problems``, per-level ``requests``,
 ``cancelled``, ``total_token_throughput_tok_s``, ``output_throughput_per_gpu_tok_s``, ``basis``,
 ``itl_available``, ``tool``); none is renamed or removed. A value that cannot be computed (no ITL
 for a per-request import, no throughput for a level without a time window) is ``null``.
@@ -112,6 +112,7 @@ def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, 
             "send_times": source.send_times,
         },
         "notes": notes,
+        "problems": list(ts.problems),
         "levels": out_levels,
     }
 
@@ -185,3 +186,5 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(table)
     for note in summary["notes"]:
         console.print(f"[yellow]Note:[/yellow] {note}")
+    for problem in summary.get("problems", []):
+        console.print(f"[yellow]Warning:[/yellow] {problem}")

@@ -53,5 +53,3 @@ def summary_command(run: str, fmt: str, traces_dir: Path) -> None:
     else:
         console = Console(width=max(Console().width, 100))
         render_summary(summary, console)
-        for problem in ts.problems:
-            console.print(f"[yellow]Warning:[/yellow] {problem}")

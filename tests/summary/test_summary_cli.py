@@ -118,3 +118,12 @@ def test_unknown_run_is_one_line_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["summary", "nope", "--traces", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.startswith("Error: ") and "nope" in result.output
+
+
+def test_truncated_last_line_is_reported_not_fatal(run: Path) -> None:
+    requests = run / "requests.jsonl"
+    data = requests.read_bytes()
+    requests.write_bytes(data[:-40])  # a recorder killed while writing its last line
+    summary = json.loads(invoke("summary", str(run), "--format", "json"))
+    assert len(summary["problems"]) == 1 and "truncated" in summary["problems"][0]
+    assert "truncated" in invoke("summary", str(run))
