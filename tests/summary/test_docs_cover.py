@@ -51,6 +51,7 @@ def test_summary_json_page_lists_every_key(lang: str) -> None:
         "summary_version",
         "source",
         "notes",
+        "problems",
         "itl_available",
         "basis",
         "tool",
