@@ -206,6 +206,14 @@ def _warmup(value: str) -> int | None:
     is_flag=True,
     help="Give every request the same prompt (prefix-cache hits); by default each request has a unique prefix.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    metavar="N",
+    help="Recorder processes to spread each level's streams over (one event loop each), for "
+    "hundreds of streams or more; e.g. --workers 4.",
+)
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @friendly_errors
 def record_command(
@@ -240,6 +248,7 @@ def record_command(
     seed: int,
     ignore_eos: bool,
     shared_prefix: bool,
+    workers: int,
     quiet: bool,
 ) -> None:
     """Sweep concurrency levels against an OpenAI-compatible server and record every token's
@@ -289,6 +298,7 @@ def record_command(
             seed=seed,
             ignore_eos=ignore_eos,
             shared_prefix=shared_prefix,
+            workers=workers,
             command=redact_argv(["sweeper", *sys.argv[1:]]),
         )
         config.check()

@@ -45,13 +45,17 @@ class LagMonitor:
         self.samples_ms = []
 
     def summary(self, concurrency: int) -> LoopLag | None:
-        if not self.samples_ms:
-            return None
-        values = self.samples_ms
-        return LoopLag(
-            concurrency=concurrency,
-            samples=len(values),
-            p50_ms=round(percentile(values, 50), 4),
-            p99_ms=round(percentile(values, 99), 4),
-            max_ms=round(max(values), 4),
-        )
+        return summarize_lag(self.samples_ms, concurrency)
+
+
+def summarize_lag(samples_ms: list[float], concurrency: int) -> LoopLag | None:
+    """One level's lag samples (from one or several processes) as a :class:`LoopLag`."""
+    if not samples_ms:
+        return None
+    return LoopLag(
+        concurrency=concurrency,
+        samples=len(samples_ms),
+        p50_ms=round(percentile(samples_ms, 50), 4),
+        p99_ms=round(percentile(samples_ms, 99), 4),
+        max_ms=round(max(samples_ms), 4),
+    )

@@ -26,7 +26,7 @@ import httpx
 from sweeper import __version__
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
 from sweeper.record.client import Clock, RequestShaper, RequestSpec, default_clock, stream_request
-from sweeper.record.lag import LagMonitor
+from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.progress import LevelStats, NullProgress, Progress, percentile
 from sweeper.record.scrape import (
     DEFAULT_SCRAPE_INTERVAL_S,
@@ -44,6 +44,7 @@ from sweeper.record.serverinfo import (
     tokenizer_counter,
     version_fact,
 )
+from sweeper.record.workers import WorkerPool, WorkerSettings
 from sweeper.record.workload import (
     DEFAULT_LEVELS,
     PromptBuilder,
@@ -57,6 +58,7 @@ from sweeper.schema import (
     Client,
     Fact,
     LevelStatus,
+    RequestTrace,
     RunManifest,
     Source,
     Target,
@@ -130,6 +132,7 @@ class RecordConfig:
     seed: int = 0
     ignore_eos: bool = True
     shared_prefix: bool = False
+    workers: int = 1
     command: list[str] | None = None
 
     def check(self) -> None:
@@ -149,6 +152,8 @@ class RecordConfig:
             raise ConfigError(
                 f"--scrape-interval {self.scrape_interval_s} must be positive seconds"
             )
+        if self.workers < 1:
+            raise ConfigError(f"--workers {self.workers} must be at least 1")
         if self.warmup is not None and self.warmup < 0:
             raise ConfigError(f"--warmup {self.warmup} must be 0 or more")
         if self.server_log is not None and not Path(self.server_log).is_file():
@@ -327,7 +332,7 @@ async def arecord_sweep(
                 r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
             }
         try:
-            return await _record(run, client, info, model, api)
+            return await _record(run, client, info, model, api, headers)
         finally:
             writer.close()
 
@@ -449,7 +454,12 @@ def _apply_user_facts(manifest: RunManifest, config: RecordConfig) -> None:
 
 
 async def _record(
-    run: _Run, client: httpx.AsyncClient, info: ServerInfo, model: str, api: str
+    run: _Run,
+    client: httpx.AsyncClient,
+    info: ServerInfo,
+    model: str,
+    api: str,
+    headers: dict[str, str],
 ) -> Path:
     config, manifest = run.config, run.manifest
     for message in info.warnings:
@@ -494,7 +504,17 @@ async def _record(
     scrape_task = asyncio.create_task(scraper.run()) if metrics_urls else None
     lag_task = asyncio.create_task(lag.run())
     level: LevelStatus | None = None
+    pool: WorkerPool | None = None
+    clean = False
     try:
+        if config.workers > 1:
+            manifest.client.workers = config.workers
+            settings = WorkerSettings(
+                str(run.folder), run.origin_ns, config.timeout_s, headers,
+                max(workload.concurrency_levels),
+            )  # fmt: skip
+            pool = WorkerPool(config.workers, settings, run.warn)
+            await pool.start()
         for concurrency in workload.concurrency_levels:
             level = manifest.level(concurrency)
             if level is None:
@@ -502,9 +522,10 @@ async def _record(
                 manifest.levels.append(level)
             if level.status == "complete":
                 continue
-            await _run_level(run, client, api, model, builder, shaper, lag, level)
+            await _run_level(run, client, api, model, builder, shaper, lag, level, pool)
             level = None
         manifest.status = "complete"
+        clean = True
     except asyncio.CancelledError:
         if level is not None and level.status == "running":
             level.status = "interrupted"
@@ -514,8 +535,12 @@ async def _record(
         raise
     except ErrorRateExceeded:
         manifest.status = "aborted"
+        clean = True  # the workers finished the level: they can stop in order
         raise
     finally:
+        if pool is not None:
+            pool.close(cancel=not clean)
+            shaper.dropped |= pool.dropped
         lag.stop()
         if scrape_task is not None:
             scraper.stop()
@@ -590,6 +615,7 @@ async def _run_level(
     shaper: RequestShaper,
     lag: LagMonitor,
     level: LevelStatus,
+    pool: WorkerPool | None = None,
 ) -> None:
     config, manifest = run.config, run.manifest
     concurrency = level.concurrency
@@ -612,25 +638,34 @@ async def _run_level(
     lag.reset()
     endpoint = manifest.target.endpoint
     url = f"{api}/chat/completions" if endpoint == "chat" else f"{api}/completions"
-    queue = list(reversed(specs))
     allowed_failures = config.max_error_rate * measured
 
-    async def stream() -> None:
-        while queue:
-            spec = queue.pop()
-            trace = await stream_request(
-                client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
-                timeout_s=config.timeout_s, shaper=shaper, clock=run.clock,
-            )  # fmt: skip
-            run.writer.append_request(trace)
-            stats.add(trace)
-            run.progress.request_done(stats)
-            if config.max_error_rate < 1.0 and stats.measured_errors > allowed_failures:
-                queue.clear()  # the level can no longer pass: stop sending
+    def take(trace: RequestTrace) -> bool:
+        """Count a finished request; False once the level can no longer pass the error rate."""
+        stats.add(trace)
+        run.progress.request_done(stats)
+        return not (config.max_error_rate < 1.0 and stats.measured_errors > allowed_failures)
 
-    await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
+    if pool is not None:
+        result = await pool.run_level(url, endpoint, concurrency, specs, take)
+        summary = summarize_lag(result.lag_ms, concurrency)
+    else:
+        queue = list(reversed(specs))
+
+        async def stream() -> None:
+            while queue:
+                spec = queue.pop()
+                trace = await stream_request(
+                    client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
+                    timeout_s=config.timeout_s, shaper=shaper, clock=run.clock,
+                )  # fmt: skip
+                run.writer.append_request(trace)
+                if not take(trace):
+                    queue.clear()  # stop sending
+
+        await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
+        summary = lag.summary(concurrency)
     level.end_ns = run.now_ns()
-    summary = lag.summary(concurrency)
     if summary is not None:
         manifest.client.loop_lag = [
             x for x in manifest.client.loop_lag if x.concurrency != concurrency

@@ -141,15 +141,19 @@ def _start(base_url: str, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str]) -> None:
+def _lines(folder: Path) -> int:
+    return sum(p.read_text().count("\n") for p in folder.glob("requests*.jsonl"))
+
+
+def _wait_for_lines(folder: Path, count: int, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        if path.exists() and path.read_text().count("\n") >= count:
+        if _lines(folder) >= count:
             return
         if proc.poll() is not None:
             raise AssertionError(f"recorder ended early: {proc.communicate()}")
         time.sleep(0.01)
-    raise AssertionError(f"{path} never reached {count} lines")
+    raise AssertionError(f"{folder} never reached {count} request lines")
 
 
 def _check_complete(folder: Path) -> None:
@@ -169,7 +173,7 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
     with spawn_server(ttft_ms=5, itl_ms=10) as srv:
         proc = _start(srv.base_url, tmp_path)
         requests = tmp_path / "r" / "requests.jsonl"
-        _wait_for_lines(requests, 3, proc)
+        _wait_for_lines(tmp_path / "r", 3, proc)
         proc.kill()  # SIGKILL: no cleanup at all
         proc.communicate(timeout=WAIT_S)
         ts = load_trace_set(tmp_path / "r")
@@ -186,10 +190,11 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
     _check_complete(tmp_path / "r")
 
 
-def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path, workers: str) -> None:
     with spawn_server(ttft_ms=5, itl_ms=10) as srv:
-        proc = _start(srv.base_url, tmp_path)
-        _wait_for_lines(tmp_path / "r" / "requests.jsonl", 8, proc)  # inside level 2
+        proc = _start(srv.base_url, tmp_path, "--workers", workers)
+        _wait_for_lines(tmp_path / "r", 8, proc)  # inside level 2
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT_S)
         assert proc.returncode == 130, err
@@ -199,7 +204,7 @@ def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path) -> None:
         assert [lv.status for lv in manifest.levels] == ["complete", "interrupted"]
         kept = json.loads((tmp_path / "r" / "manifest.json").read_text())["levels"][1]["message"]
         assert "resume" in kept
-        resumed = _start(srv.base_url, tmp_path, "--resume")
+        resumed = _start(srv.base_url, tmp_path, "--resume", "--workers", workers)
         _, err = resumed.communicate(timeout=WAIT_S)
         assert resumed.returncode == 0, err
     _check_complete(tmp_path / "r")

@@ -232,3 +232,22 @@ def test_round_trip_of_every_request_field_through_the_writer_and_reader(
         and again.requests == ts.requests
         and again.metrics == ts.metrics
     )
+
+
+def test_workers_spread_streams_over_processes_on_one_clock(
+    process_server: ServerProcess, tmp_path: Path
+) -> None:
+    folder = record_sweep(
+        _config(process_server.base_url, tmp_path, run_id="w", workers=2, concurrency=[1, 4],
+                requests_per_level=RequestCount(fixed=8), output_len=12)
+    )  # fmt: skip
+    parts = sorted(p.name for p in folder.glob("requests*.jsonl"))
+    assert parts == ["requests.w0.jsonl", "requests.w1.jsonl"]
+    ts = load_trace_set(folder)
+    assert ts.manifest.status == "complete" and ts.manifest.client.workers == 2
+    assert len({r.request_id for r in ts.requests}) == len(ts.requests) == (1 + 8) + (4 + 8)
+    assert {r.worker for r in ts.requests if r.concurrency == 4} == {0, 1}
+    assert all(r.status == "ok" and r.completion_tokens == 12 for r in ts.requests)
+    assert [lag.concurrency for lag in ts.manifest.client.loop_lag] == [1, 4]
+    delays, _, _ = _timing_errors(process_server, folder)
+    assert min(delays) >= 0, "a worker stamped a chunk before the server wrote it"
