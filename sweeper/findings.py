@@ -346,10 +346,12 @@ def _finite(x: Any) -> bool:
         return False
 
 
-def _num(x: Any, digits: int = 4) -> float | None:
-    """A JSON-safe number (NaN -> None)."""
+def _num(x: Any, digits: int = 4) -> float | int | None:
+    """A JSON-safe number (NaN -> None); ``digits=0`` gives an int (counts, tokens, bytes)."""
     if not _finite(x):
         return None
+    if digits == 0:
+        return round(float(x))
     return round(float(x), digits)
 
 

@@ -126,6 +126,21 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
             missing=[N_("per-chunk timestamps (ITL)"), *missing],
         )
     if not opened:
+        all_preempt = _sum_server(data, data.concurrencies, "preemptions_delta")
+        if _finite(all_preempt) and all_preempt > 0:
+            # No tail, but the server did preempt: worth saying, it is where the tail will come from.
+            numbers["preemptions_delta"] = _num(all_preempt, 0)
+            return done(
+                "preemption",
+                "notice",
+                _Text().add(
+                    N_(
+                        "No ITL tail opened, but the server preempted {n} requests "
+                        "(vllm:num_preemptions_total): the KV cache is short for this load."
+                    ),
+                    n=_Num(all_preempt, 0),
+                ),
+            )
         return done(
             "none", "info", _Text().add(N_("No ITL tail opened, so there is no tail to explain."))
         )
@@ -209,6 +224,16 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
                 overlap=_Pct(overlap, 0),
                 normal=_Pct(overlap_normal, 0) if _finite(overlap_normal) else "?",
             )
+            if chunked_on and not strong:
+                # The setting says chunked prefill, the timing only partly agrees: say so.
+                text.add(
+                    N_(
+                        "The stall timing only partly matches: fewer than {share} of the long gaps are "
+                        "shared across streams or fall in a prefill, so part of the tail may have "
+                        "another cause."
+                    ),
+                    share=_Pct(th.sync_signature_share, 0),
+                )
         itl = _itl(data)
         top = data.concurrencies[-1]
         p90_top = itl[1][-1] if itl else math.nan

@@ -154,3 +154,23 @@ def test_json_contract_has_no_nan() -> None:
     for f in doc["findings"]:
         assert set(f) >= {"id", "severity", "levels", "numbers", "text", "data", "missing"}
         assert set(f["text"]) == {"en", "zh"}
+
+
+def test_preemption_without_a_tail_is_still_named() -> None:
+    data = reference_run_data()
+    data.levels["itl_ms_p99"] = data.levels["itl_ms_p50"] * 1.2  # no tail anywhere
+    assert data.server is not None
+    data.server.loc[data.server["concurrency"] == 64, "preemptions_delta"] = 3.0
+    f = finding(analyze(data), "tail_cause")
+    assert f.numbers["cause"] == "preemption"
+    assert f.severity == "notice"
+    assert f.levels == []
+    assert "No ITL tail opened, but the server preempted 3 requests" in f.text["en"]
+
+
+def test_no_tail_no_preemption_is_none() -> None:
+    data = reference_run_data()
+    data.levels["itl_ms_p99"] = data.levels["itl_ms_p50"] * 1.2
+    f = finding(analyze(data), "tail_cause")
+    assert f.numbers["cause"] == "none" and f.severity == "info"
+    assert finding(analyze(data), "itl_tail").numbers["opens_at"] is None
