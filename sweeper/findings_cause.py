@@ -145,7 +145,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
             "none", "info", _Text().add(N_("No ITL tail opened, so there is no tail to explain."))
         )
     where = _Levels(opened)
-    if _finite(lag) and lag > _lag_limit(data, opened, th):
+    if _client_explains_tail(data, opened, th):
         return done(
             "client_overload",
             "warning",
@@ -307,6 +307,24 @@ def _max_lag(data: RunData, levels: Sequence[int]) -> float:
     lags = _lag_by_level(data)
     vals = [lags[c] for c in levels if c in lags]
     return float(max(vals)) if vals else math.nan
+
+
+def _client_explains_tail(data: RunData, levels: Sequence[int], th: Thresholds) -> bool:
+    """The recorder's p99 lag distorts ITL at a tail level and is large enough to account for
+    the tail there (at least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag
+    cannot make a 100 ms stall."""
+    lags = _lag_by_level(data)
+    for c in levels:
+        lag = lags.get(c, math.nan)
+        excess = data.value(c, "itl_ms_p99") - data.value(c, "itl_ms_p50")
+        if (
+            _finite(lag)
+            and lag > _lag_limit(data, [c], th)
+            and _finite(excess)
+            and lag >= th.client_lag_tail_fraction * excess
+        ):
+            return True
+    return False
 
 
 def _lag_limit(data: RunData, levels: Sequence[int], th: Thresholds) -> float:

@@ -91,6 +91,9 @@ class Thresholds:
     """... as does a lag above this fraction of the level's p50 ITL..."""
     client_lag_floor_ms: float = 1.0
     """... but never a lag under this (ms): timer jitter of a healthy loop."""
+    client_lag_tail_fraction: float = 0.5
+    """The recorder is the tail's cause only when its p99 lag is at least this fraction of the
+    tail's excess (p99 - p50 ITL): a few ms of lag cannot make a 100 ms stall."""
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.schema import MetricSample, RequestTrace, ServerConfig
+from sweeper.schema import LoopLag, MetricSample, RequestTrace, ServerConfig
 from sweeper.store import write_trace_set
 from sweeper.testing.factories import SyntheticLevel, synthetic_manifest
 
@@ -115,6 +115,7 @@ def write_simulated_run(
     config: ServerConfig | None = None,
     metrics: list[MetricSample] | None = None,
     requests_per_stream: int = 4,
+    loop_lag_p99_ms: dict[int, float] | None = None,
     **kwargs: float,
 ) -> Path:
     traces: list[RequestTrace] = []
@@ -130,4 +131,8 @@ def write_simulated_run(
         output_len=int(kwargs.get("output_len", 64)),
         config=config,
     )
+    for c, lag in (loop_lag_p99_ms or {}).items():
+        manifest.client.loop_lag.append(
+            LoopLag(concurrency=c, samples=100, p50_ms=lag / 4, p99_ms=lag, max_ms=lag * 2)
+        )
     return write_trace_set(root / run_id, manifest, traces, metrics or [])

@@ -101,3 +101,29 @@ def test_chunked_prefill_with_metrics_and_config(tmp_path: Path) -> None:
     assert cause.numbers["max_num_batched_tokens"] == 512
     assert "not preemption" in cause.text["en"] and "512" in cause.text["en"]
     assert cause.missing == []
+
+
+def test_a_recorder_lag_as_large_as_the_tail_is_the_cause(tmp_path: Path) -> None:
+    lags = {1: 0.5, 2: 60.0, 4: 60.0, 8: 60.0}  # p99 lag 60 ms against stalls of 90 ms
+    folder = write_simulated_run(tmp_path, "lagging", LEVELS, loop_lag_p99_ms=lags)
+    found = analyze_run(load_trace_set(folder))
+    assert finding(found, "tail_cause").numbers["cause"] == "client_overload"
+    health = finding(found, "client_health")
+    assert health.severity == "warning"
+    assert health.numbers["distorted_levels"] == [2, 4, 8]
+
+
+def test_a_small_recorder_lag_distorts_itl_but_does_not_explain_the_tail(tmp_path: Path) -> None:
+    lags = {1: 0.5, 2: 6.0, 4: 6.0, 8: 6.0}  # over the 5 ms limit, far under the 80 ms excess
+    folder = write_simulated_run(tmp_path, "small-lag", LEVELS, loop_lag_p99_ms=lags)
+    found = analyze_run(load_trace_set(folder))
+    assert finding(found, "tail_cause").numbers["cause"] == "chunked_prefill"
+    assert finding(found, "client_health").severity == "warning"
+
+
+def test_a_healthy_recorder(tmp_path: Path) -> None:
+    lags = dict.fromkeys(LEVELS, 0.4)
+    folder = write_simulated_run(tmp_path, "healthy", LEVELS, loop_lag_p99_ms=lags)
+    health = finding(analyze_run(load_trace_set(folder)), "client_health")
+    assert health.severity == "info"
+    assert "kept up" in health.text["en"] and "跟得上" in health.text["zh"]
