@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import sys
 import time
+import traceback
 import zlib
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -144,6 +146,11 @@ class ScriptedServer:
                     break
         except (_Close, ConnectionError, asyncio.CancelledError):
             pass
+        except Exception:
+            # A bug of the server's, not a scripted fault: say so loudly, answer 500 if possible.
+            traceback.print_exc(file=sys.stderr)
+            with contextlib.suppress(Exception):
+                conn.send_json(500, error_body(500, "scripted server bug; see its stderr"))
         finally:
             self._connections.discard(task)
             await conn.close()
