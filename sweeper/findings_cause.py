@@ -37,7 +37,14 @@ from sweeper.thresholds import Thresholds
 
 
 def tail_cause(data: RunData, th: Thresholds) -> Finding:
-    opened = tail_levels(data, th)
+    all_opened = tail_levels(data, th)
+    # Levels whose tail the recorder's own lag can account for are set aside; the server-side
+    # cause is read from the rest. Only when none is left is the recorder the cause.
+    client_levels = [c for c in all_opened if _client_explains(data, c, th)]
+    client_preempt = _sum_server(data, client_levels, "preemptions_delta")
+    if _finite(client_preempt) and client_preempt > 0:
+        client_levels = []  # the server's preemption counter is harder evidence than the lag
+    opened = [c for c in all_opened if c not in client_levels]
     cfg = "server.config."
     chunked = data.fact(cfg + "enable_chunked_prefill")
     budget = data.fact(cfg + "max_num_batched_tokens")
@@ -47,7 +54,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
     waiting = _max_server(data, levels, "waiting_max")
     running = _max_server(data, levels, "running_max")
     kv = _max_server(data, levels, "kv_usage_max")
-    lag = _max_lag(data, levels)
+    lag = _max_lag(data, client_levels or levels)
     sigs = [s for c in opened if (s := _signature(data, c, th)) is not None]
     sync = _weighted(sigs, "synchronized_share")
     overlap = _weighted(sigs, "prefill_overlap_share")
@@ -56,6 +63,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
     numbers: dict[str, Any] = {
         "cause": "unknown",
         "levels": opened,
+        "client_levels": client_levels,
         "preemptions_delta": _num(preempt, 0),
         "waiting_max": _num(waiting, 1),
         "running_max": _num(running, 1),
@@ -102,10 +110,18 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
 
     def done(cause: str, severity: str, text: _Text) -> Finding:
         numbers["cause"] = cause
+        if client_levels and cause != "client_overload":
+            text.add(
+                N_(
+                    "The tail at {where} is left out: the recorder's own event-loop lag there can "
+                    "account for it."
+                ),
+                where=_Levels(client_levels),
+            )
         return Finding(
             id="tail_cause",
             severity=severity,
-            levels=opened,
+            levels=opened or client_levels,
             numbers=numbers,
             text=text.render(),
             data=uses,
@@ -124,6 +140,19 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
             text=text.render(),
             data=uses,
             missing=[N_("per-chunk timestamps (ITL)"), *missing],
+        )
+    if client_levels and not opened:
+        return done(
+            "client_overload",
+            "warning",
+            _Text().add(
+                N_(
+                    "The tail at {where} comes from the recorder itself: its event loop was {lag} late at p99, enough to "
+                    "delay the chunks it timestamps. Record again with more --workers or on a less loaded machine."
+                ),
+                where=_Levels(client_levels),
+                lag=_Ms(lag),
+            ),
         )
     if not opened:
         all_preempt = _sum_server(data, data.concurrencies, "preemptions_delta")
@@ -145,19 +174,6 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
             "none", "info", _Text().add(N_("No ITL tail opened, so there is no tail to explain."))
         )
     where = _Levels(opened)
-    if _client_explains_tail(data, opened, th):
-        return done(
-            "client_overload",
-            "warning",
-            _Text().add(
-                N_(
-                    "The tail at {where} comes from the recorder itself: its event loop was {lag} late at p99, enough to "
-                    "delay the chunks it timestamps. Record again with more --workers or on a less loaded machine."
-                ),
-                where=where,
-                lag=_Ms(lag),
-            ),
-        )
     if _finite(preempt) and preempt > 0:
         text = _Text().add(
             N_(
@@ -309,22 +325,18 @@ def _max_lag(data: RunData, levels: Sequence[int]) -> float:
     return float(max(vals)) if vals else math.nan
 
 
-def _client_explains_tail(data: RunData, levels: Sequence[int], th: Thresholds) -> bool:
-    """The recorder's p99 lag distorts ITL at a tail level and is large enough to account for
-    the tail there (at least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag
-    cannot make a 100 ms stall."""
-    lags = _lag_by_level(data)
-    for c in levels:
-        lag = lags.get(c, math.nan)
-        excess = data.value(c, "itl_ms_p99") - data.value(c, "itl_ms_p50")
-        if (
-            _finite(lag)
-            and lag > _lag_limit(data, [c], th)
-            and _finite(excess)
-            and lag >= th.client_lag_tail_fraction * excess
-        ):
-            return True
-    return False
+def _client_explains(data: RunData, concurrency: int, th: Thresholds) -> bool:
+    """The recorder's p99 lag distorts ITL at this level and is large enough to account for its
+    tail (at least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag cannot make a
+    100 ms stall."""
+    lag = _lag_by_level(data).get(concurrency, math.nan)
+    excess = data.value(concurrency, "itl_ms_p99") - data.value(concurrency, "itl_ms_p50")
+    return (
+        _finite(lag)
+        and lag > _lag_limit(data, [concurrency], th)
+        and _finite(excess)
+        and lag >= th.client_lag_tail_fraction * excess
+    )
 
 
 def _lag_limit(data: RunData, levels: Sequence[int], th: Thresholds) -> float:
