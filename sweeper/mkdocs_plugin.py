@@ -50,6 +50,8 @@ CHART_SCRIPT = "sweeper-charts.js"
 STYLESHEET = "sweeper.css"
 VEGA_BUNDLE = "vega-bundle.js"
 NOTEBOOK_EXTENSION = ".ipynb"
+# Rendered pages per trace set, beside mkdocs.yml (.cache/ is where mkdocs-jupyter caches too).
+PAGE_CACHE = Path(".cache") / "sweeper" / "pages"
 _I18N_LOGGERS = ("mkdocs.plugins.mkdocs_static_i18n.reconfigure", "mkdocs.plugins.mkdocs_static_i18n")
 _INSTANT_WARNING = "language switcher contextual link is not compatible"
 
@@ -128,7 +130,7 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             return config
         root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
         self.traces_path = (root / self.config.traces_dir).resolve()
-        pages = site.generate_pages(self.traces_path)
+        pages = site.generate_pages(self.traces_path, root / PAGE_CACHE)
         written = site.write_pages(pages, Path(config.docs_dir))
         if written:
             log.info("sweeper: %d report page(s) written from %s", written, self.traces_path)

@@ -70,7 +70,8 @@ def esc(value: object) -> str:
 def chart_html(chart: Any) -> str:
     """One chart as a ``div`` carrying its complete Vega-Lite spec in an attribute (not an inline
     script: Material's instant navigation re-runs inline scripts without their type)."""
-    spec = chart.to_dict() if hasattr(chart, "to_dict") else chart
+    # Validated against the schema by the tests; skipping it here halves the cost of a page.
+    spec = chart.to_dict(validate=False) if hasattr(chart, "to_dict") else chart
     data = json.dumps(spec, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return f'<div class="sweeper-chart" data-spec="{html.escape(data, quote=True)}"></div>'
 

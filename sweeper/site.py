@@ -15,8 +15,10 @@ Layout (suffix structure of mkdocs-static-i18n: ``page.md`` is English, ``page.z
     compare/<model>/index.md, index.zh.md             runs of the same model, overlaid
 
 A trace set that cannot be read gets an entry on the index naming the file and the problem; the
-other runs still publish. Pages are cached per trace set (keyed by its files' sizes and times), so
-the second language's build and ``mkdocs serve`` rebuilds cost nothing for unchanged runs.
+other runs still publish. Pages are cached per trace set, keyed by its files' sizes and times and
+by sweeper's own code and catalogs: in memory (the second language's build and ``mkdocs serve``
+rebuilds cost nothing for unchanged runs) and, given a ``cache_dir``, on disk (a later
+``mkdocs build`` only renders the runs that changed; about 0.7 s per run otherwise).
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ from __future__ import annotations
 import hashlib
 import html
 import logging
+import os
+import pickle
 import re
+import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from urllib.parse import quote
 
@@ -50,7 +56,7 @@ from sweeper.pages import (
     tr,
 )
 from sweeper.schema import MANIFEST_FILE
-from sweeper.store import load_trace_set
+from sweeper.store import TraceSet, load_trace_set
 
 log = logging.getLogger("sweeper.site")
 
@@ -74,6 +80,8 @@ class RunEntry:
 
 # (folder, fingerprint) -> entry; lets repeated builds in one process skip unchanged runs.
 _CACHE: dict[Path, tuple[str, RunEntry]] = {}
+# The last whole generation, keyed by every folder's fingerprint (index and comparisons included).
+_LAST: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str]]] = {}
 
 
 def page_path(relative: str, lang: str) -> str:
@@ -99,7 +107,7 @@ def candidate_folders(traces_dir: Path) -> list[Path]:
 
 
 def _fingerprint(folder: Path) -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_code_fingerprint().encode())
     for path in sorted(folder.iterdir()):
         if path.is_file():
             stat = path.stat()
@@ -107,13 +115,64 @@ def _fingerprint(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def load_entry(folder: Path) -> RunEntry:
+@cache
+def _code_fingerprint() -> str:
+    """sweeper's own modules and catalogs: a cached page is stale when they change."""
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted([*package.rglob("*.py"), *package.rglob("*.po")]):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def _slim(entry: RunEntry) -> RunEntry:
+    """What the index and comparisons still need once the pages are rendered (no requests)."""
+    if entry.run is None:
+        return entry
+    ts = entry.run.ts
+    slim_ts = TraceSet(ts.path, ts.manifest, [], [], None, list(ts.problems))
+    run = replace(entry.run, ts=slim_ts, requests=entry.run.requests.iloc[0:0])
+    return replace(entry, run=run)
+
+
+def _read_cached(path: Path) -> RunEntry | None:
+    try:
+        with path.open("rb") as fh:
+            entry = pickle.load(fh)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
+        return None  # an unreadable cache entry is rebuilt
+    return entry if isinstance(entry, RunEntry) else None
+
+
+def _write_cached(path: Path, entry: RunEntry) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob(f"{entry.folder.name}.*.pickle"):
+        old.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".page.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "wb") as fh:
+        pickle.dump(_slim(entry), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def load_entry(folder: Path, cache_dir: Path | None = None) -> RunEntry:
     """Read one trace set and render its pages; a failure becomes an entry with the error."""
     key = folder.resolve()
     fingerprint = _fingerprint(folder)
     cached = _CACHE.get(key)
     if cached is not None and cached[0] == fingerprint:
         return cached[1]
+    disk = cache_dir / f"{folder.name}.{fingerprint[:20]}.pickle" if cache_dir is not None else None
+    entry = _read_cached(disk) if disk is not None and disk.exists() else None
+    if entry is None:
+        entry = _render_entry(folder)
+        if disk is not None and entry.run is not None:
+            _write_cached(disk, entry)
+    _CACHE[key] = (fingerprint, entry)
+    return entry
+
+
+def _render_entry(folder: Path) -> RunEntry:
     entry = RunEntry(folder)
     try:
         run = collect_run(load_trace_set(folder))
@@ -127,12 +186,11 @@ def load_entry(folder: Path) -> RunEntry:
     except Exception as exc:  # a bug in sweeper must not take the other runs down with it
         entry.error = f"{folder}: {type(exc).__name__}: {exc}"
         log.warning("trace set %s could not be turned into a page: %s", folder, entry.error)
-    _CACHE[key] = (fingerprint, entry)
     return entry
 
 
-def load_entries(traces_dir: Path) -> list[RunEntry]:
-    return [load_entry(folder) for folder in candidate_folders(traces_dir)]
+def load_entries(traces_dir: Path, cache_dir: Path | None = None) -> list[RunEntry]:
+    return [load_entry(folder, cache_dir) for folder in candidate_folders(traces_dir)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,9 +368,14 @@ def render_comparison(model: str, runs: list[RunData], lang: str) -> str:
 # Whole site
 
 
-def generate_pages(traces_dir: Path) -> dict[str, str]:
+def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str, str]:
     """Every generated page: relative path (under the docs folder) -> Markdown."""
-    entries = load_entries(traces_dir)
+    folders = candidate_folders(traces_dir)
+    key = tuple((str(f.resolve()), _fingerprint(f)) for f in folders)
+    last = _LAST.get(str(traces_dir.resolve()))
+    if last is not None and last[0] == key:
+        return dict(last[1])
+    entries = [load_entry(folder, cache_dir) for folder in folders]
     pages: dict[str, str] = {}
     for entry in entries:
         pages.update(entry.pages or {})
@@ -322,6 +385,7 @@ def generate_pages(traces_dir: Path) -> dict[str, str]:
         for model, runs in comparisons.items():
             path = page_path(f"{COMPARE_DIR}/{model_slug(model)}/index.md", lang)
             pages[path] = render_comparison(model, runs, lang)
+    _LAST[str(traces_dir.resolve())] = (key, dict(pages))
     return pages
 
 
