@@ -197,14 +197,19 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
     chunked_on = chunked is True or (isinstance(chunked, str) and chunked.lower() == "true")
     if chunked_on or strong:
         text = _Text()
-        if _finite(preempt):
+        if _finite(preempt) and _finite(waiting):
             text.add(
                 N_(
                     "This is not preemption: the server counted 0 preemptions during {where}, and the waiting "
                     "queue held at most {w} requests."
                 ),
                 where=where,
-                w=_Num(waiting, 0) if _finite(waiting) else "?",
+                w=_Num(waiting, 0),
+            )
+        elif _finite(preempt):
+            text.add(
+                N_("This is not preemption: the server counted 0 preemptions during {where}."),
+                where=where,
             )
         if chunked_on:
             budget_words = (
