@@ -31,7 +31,7 @@ from pathlib import Path
 
 SEED = 20260101
 VOCAB_SIZE = 4096
-TRAINING_LINES = 6000
+TRAINING_LINES = 12000
 WORDS_PER_LINE = (6, 30)
 MAX_POSITIONS = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -42,7 +42,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 STAMP_FILE = "sweeper_model.json"
-STAMP_VERSION = 1
+STAMP_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,32 @@ SHAPES = {
     "chunked": ModelShape(768, 6, 12, 4, 2048),
 }
 
-# Words the generated training text is made of: English and a little Chinese, digits and code-ish
-# tokens, so the tokenizer learns merges for all of them and any prompt text tokenizes sensibly.
+# Words the generated training text is made of: everyday English (so a prompt of ordinary words
+# costs about one token a word, as with real tokenizers), serving jargon, a little Chinese, digits
+# and code-ish identifiers, so any prompt text tokenizes sensibly.
 _WORD_TEXT = (
     "the of and to in is that for it as with was on be by this are from at or an have not "
+    "he she they we you his her their our your its who what when where which why how all "
+    "would there can will said could about would up out if into just do did done make made "
+    "know take see come think look want give use find tell ask work seem feel try leave call "
+    "good new old great big small long little own other right same different large young "
+    "important public bad able early late hard real best better sure free full whole "
+    "time year people way day man thing woman life child world school state family student "
+    "group country problem hand part place case week company system program question "
+    "government number night point home water room mother area money story fact month lot "
+    "study book eye job word business issue side kind house service friend father power hour "
+    "game end member law car city community name president team minute idea kid body "
+    "information back parent face others office door health person art war history party "
+    "result change morning reason research girl guy moment air teacher force education foot "
+    "boy age policy music market sense nation plan college interest death experience effect "
+    "class control care field development role effort heart drug show leader light voice "
+    "wife police mind report decision son view relationship town road table street river "
     "server request token latency throughput batch queue cache memory prefill decode stream "
     "model weight layer head block page tensor kernel engine scheduler sequence prompt output "
-    "input length budget chunk level sweep report finding knee ceiling tail preemption running "
+    "input length budget chunk level sweep finding knee ceiling tail preemption running "
     "waiting usage metric histogram bucket counter gauge second millisecond gigabyte bandwidth "
     "fast slow high low more less first last next every each some many few one two three four "
-    "time rate speed cost price value limit point curve line chart table page site language "
+    "rate speed cost price value limit curve line chart site language "
     "请求 延迟 吞吐 并发 缓存 内存 模型 令牌 报告 曲线 服务器 队列 解码 预填充"
 )
 _WORDS = _WORD_TEXT.split()

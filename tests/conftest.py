@@ -107,3 +107,16 @@ def vllm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_VllmPool]:
 def vllm_server(vllm_pool: _VllmPool) -> Callable[..., object]:
     """``vllm_server(name, model="tiny", args=[...])`` -> a running VllmServer."""
     return vllm_pool.get
+
+
+@pytest.fixture(scope="session")
+def vllm_model() -> Callable[[str], Path]:
+    """``vllm_model("tiny")`` -> the model folder (skips, or fails under CI, when missing)."""
+    return require_vllm
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The vLLM environment's Python (it has torch, transformers and tokenizers)."""
+    require_vllm()
+    return Path(vllm_runner.DEFAULT_PYTHON)

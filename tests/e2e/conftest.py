@@ -43,6 +43,7 @@ class Sweep:
     levels: tuple[int, ...]
     requests_per_level: int
     warmup: int = 1
+    scrape_interval_s: float = 1.0
 
 
 SWEEPS = {
@@ -55,6 +56,7 @@ SWEEPS = {
         output_len=512,
         levels=(1, 8),
         requests_per_level=8,
+        scrape_interval_s=0.5,  # the waiting queue lasts seconds: catch it more than once
     ),
     "chunked": Sweep(
         "chunked",
@@ -107,7 +109,7 @@ def record_command(sweep: Sweep, base_url: str, out: Path, log_path: Path) -> li
         "--warmup",
         str(sweep.warmup),
         "--scrape-interval",
-        "0.25",
+        str(sweep.scrape_interval_s),
         "--server-log",
         str(log_path),
         "--label",
