@@ -31,15 +31,21 @@ class StallSignature:
     gaps: int
     stalls: int
     stall_threshold_ms: float
-    synchronized_share: float  # of the stalls examined; NaN without stalls
+    synchronized_share: float  # of the stalls with another stream decoding; NaN if none
     prefill_overlap_share: float  # of the stalls examined
     prefill_overlap_share_normal: float  # of ordinary gaps (baseline)
 
     def strong(self, th: Thresholds = DEFAULT_THRESHOLDS) -> bool:
         """Synchronized across streams and inside other requests' prefills: a batched prefill."""
+        # With no other stream decoding during the stalls (C=2: the other one is prefilling),
+        # synchronization cannot be judged; the prefill overlap alone must carry it.
+        synchronized = (
+            not math.isfinite(self.synchronized_share)
+            or self.synchronized_share >= th.sync_signature_share
+        )
         return (
             self.stalls > 0
-            and self.synchronized_share >= th.sync_signature_share
+            and synchronized
             and self.prefill_overlap_share >= th.prefill_overlap_share
             and (
                 not math.isfinite(self.prefill_overlap_share_normal)
@@ -97,14 +103,14 @@ def stall_signature(
         stall_owner = owner[all_stalls]
         # A stall shared with another stream ends in the same engine step: within one typical gap.
         overl = np.abs(end_s[all_stalls][None, :] - e) <= p50 / MS_PER_S
-        synced = np.zeros(stall_idx.size, dtype=bool)
+        synced: list[bool] = []
         for k in range(stall_idx.size):
             others = set(rid[decoding[k]])
             if not others:
-                continue
+                continue  # no other stream decoding (it may be the one prefilling): cannot tell
             stalled = set(stall_owner[overl[k]]) & others
-            synced[k] = len(stalled) / len(others) >= th.sync_others_fraction
-        sync_share = float(synced.mean())
+            synced.append(len(stalled) / len(others) >= th.sync_others_fraction)
+        sync_share = float(np.mean(synced)) if synced else math.nan
 
     return StallSignature(
         concurrency=concurrency,
