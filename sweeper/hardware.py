@@ -7,7 +7,7 @@ Two calls, used by the recorder and the importers to fill the manifest::
     model_facts(None, Path("model/config.json")) # the model's own config.json wins over the table
 
 Every value is a :class:`~sweeper.schema.Fact` carrying its source: ``spec_table`` (the tables
-below, each row citing where its figures come from), ``model_config`` (the model's config.json)
+``sweeper/data/gpus.csv`` and ``models.csv``, each row citing where its figures come from), ``model_config`` (the model's config.json)
 or ``user`` (what the caller gave). An unknown GPU yields only its name and count: sweeper never
 invents a figure.
 
@@ -18,6 +18,7 @@ bytes read per token) and for the KV footprint of a request (KV bytes per token 
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import dataclass
@@ -44,124 +45,38 @@ class GpuSpec:
     source: str
 
 
-_NV_ADA = "NVIDIA Ada Lovelace architecture whitepaper v2.1, appendix A (GeForce RTX 4090)"
-_NV_AMPERE_GA102 = (
-    "NVIDIA Ampere GA102 GPU architecture whitepaper, table 9 (GeForce RTX 3090 / 3090 Ti)"
-)
-_NV_A100 = "NVIDIA A100 Tensor Core GPU datasheet (40GB / 80GB, PCIe / SXM4)"
-_NV_H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM / PCIe / NVL)"
-_NV_H200 = "NVIDIA H200 Tensor Core GPU datasheet (SXM / NVL)"
-_NV_B200 = "NVIDIA HGX B200 specifications (per GPU: 8 TB/s, 180 GB, 2.25 PFLOPS dense FP16/BF16)"
-_AMD_MI300 = "AMD Instinct MI300X / MI325X product pages (peak BF16 dense matrix)"
-_AMD_MI350 = "AMD Instinct MI350X / MI355X product pages (288 GB HBM3E, 8 TB/s, BF16 dense matrix)"
+DATA_DIR = Path(__file__).parent / "data"
+GPU_TABLE = DATA_DIR / "gpus.csv"
+MODEL_TABLE = DATA_DIR / "models.csv"
 
-GPU_SPECS: tuple[GpuSpec, ...] = (
-    # GeForce / workstation
-    GpuSpec(
-        "RTX 5090",
-        r"5090",
-        1792,
-        32,
-        209.5,
-        "NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090",
-    ),
-    GpuSpec("RTX 4090", r"4090", 1008, 24, 165.2, _NV_ADA),
-    GpuSpec("RTX 3090 Ti", r"3090ti", 1008, 24, 80.0, _NV_AMPERE_GA102),
-    GpuSpec("RTX 3090", r"3090", 936, 24, 71.0, _NV_AMPERE_GA102),
-    GpuSpec(
-        "RTX 6000 Ada",
-        r"6000ada|ada6000",
-        960,
-        48,
-        364.2,
-        "NVIDIA RTX 6000 Ada Generation datasheet",
-    ),
-    GpuSpec(
-        "RTX A6000", r"a6000", 768, 48, 154.8, "NVIDIA RTX A6000 datasheet (309.7 TFLOPS sparse)"
-    ),
-    # Data centre, Ada / Ampere
-    GpuSpec(
-        "L40S", r"l40s", 864, 48, 362.1, "NVIDIA L40S datasheet (733 TFLOPS BF16 with sparsity)"
-    ),
-    GpuSpec(
-        "L40", r"l40(?!s)", 864, 48, 181.0, "NVIDIA L40 datasheet (362 TFLOPS BF16 with sparsity)"
-    ),
-    GpuSpec(
-        "L4", r"l4(?![0-9])", 300, 24, 121.0, "NVIDIA L4 datasheet (242 TFLOPS BF16 with sparsity)"
-    ),
-    GpuSpec(
-        "A10G",
-        r"a10g",
-        600,
-        24,
-        70.0,
-        "AWS EC2 G5 instance page (A10G: 24 GB, 600 GB/s); tensor rate per Baseten's A10 vs A10G spec comparison",
-    ),
-    GpuSpec("A10", r"a10(?![0-9g])", 600, 24, 125.0, "NVIDIA A10 Tensor Core GPU datasheet"),
-    GpuSpec(
-        "T4", r"(^|[^a-z])t4(?![0-9])", 320, 16, None, "NVIDIA T4 datasheet (FP16 only, no BF16)"
-    ),
-    GpuSpec("V100", r"v100", 900, 32, None, "NVIDIA V100 datasheet (SXM2 32GB; no BF16)"),
-    GpuSpec("A100 PCIe 80GB", r"a100.*pcie.*80|a100.*80.*pcie", 1935, 80, 312.0, _NV_A100),
-    GpuSpec("A100 PCIe 40GB", r"a100.*pcie", 1555, 40, 312.0, _NV_A100),
-    GpuSpec("A100 SXM 40GB", r"a100.*40", 1555, 40, 312.0, _NV_A100),
-    GpuSpec("A100 SXM 80GB", r"a100", 2039, 80, 312.0, _NV_A100),
-    GpuSpec(
-        "A800 PCIe 80GB",
-        r"a800.*pcie",
-        1935,
-        80,
-        312.0,
-        "NVIDIA A800 datasheet (A100 silicon, NVLink 400 GB/s)",
-    ),
-    GpuSpec(
-        "A800 SXM 80GB",
-        r"a800",
-        2039,
-        80,
-        312.0,
-        "NVIDIA A800 datasheet (A100 silicon, NVLink 400 GB/s)",
-    ),
-    # Hopper
-    GpuSpec("H100 PCIe", r"h100.*pcie", 2000, 80, 756.0, _NV_H100),
-    GpuSpec("H100 NVL", r"h100.*nvl", 3900, 94, 835.0, _NV_H100),
-    GpuSpec("H100 SXM", r"h100", 3350, 80, 989.0, _NV_H100),
-    GpuSpec(
-        "H800 PCIe",
-        r"h800.*pcie",
-        2000,
-        80,
-        756.0,
-        "NVIDIA H800 datasheet (H100 silicon, NVLink 400 GB/s)",
-    ),
-    GpuSpec(
-        "H800 SXM",
-        r"h800",
-        3350,
-        80,
-        989.0,
-        "NVIDIA H800 datasheet (H100 silicon, NVLink 400 GB/s)",
-    ),
-    GpuSpec("H200 NVL", r"h200.*nvl", 4800, 141, 835.0, _NV_H200),
-    GpuSpec("H200", r"h200", 4800, 141, 989.0, _NV_H200),
-    GpuSpec(
-        "H20",
-        r"h20(?![0-9])",
-        4000,
-        96,
-        148.0,
-        "NVIDIA H20 specifications as published by server vendors",
-    ),
-    # Blackwell
-    GpuSpec("GB200", r"gb200", 8000, 186, 2500.0, "NVIDIA GB200 NVL72 specifications (per GPU)"),
-    GpuSpec("B200", r"b200", 8000, 180, 2250.0, _NV_B200),
-    # AMD Instinct
-    GpuSpec("MI355X", r"mi355", 8000, 288, 2516.6, _AMD_MI350),
-    GpuSpec("MI350X", r"mi350", 8000, 288, 2306.9, _AMD_MI350),
-    GpuSpec("MI325X", r"mi325", 6000, 256, 1307.4, _AMD_MI300),
-    GpuSpec("MI300X", r"mi300x|mi300(?![a-z])", 5300, 192, 1307.4, _AMD_MI300),
-    GpuSpec("MI250X", r"mi250", 3276.8, 128, 383.0, "AMD Instinct MI250X product page"),
-)
+
+def _optional_float(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+def _read_table(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def load_gpu_specs(path: Path = GPU_TABLE) -> tuple[GpuSpec, ...]:
+    """The GPU table (``sweeper/data/gpus.csv``: one row per GPU, its figures and their source).
+    Rows are matched in order, so specific variants (``A100 PCIe 80GB``) come before general
+    ones (``A100``)."""
+    return tuple(
+        GpuSpec(
+            name=row["name"],
+            pattern=row["pattern"],
+            memory_bandwidth_gb_s=float(row["memory_bandwidth_gb_s"]),
+            memory_gb=float(row["memory_gb"]),
+            bf16_tflops=_optional_float(row["bf16_tflops"]),
+            source=row["source"],
+        )
+        for row in _read_table(path)
+    )
+
+
+GPU_SPECS: tuple[GpuSpec, ...] = load_gpu_specs()
 
 # Words that name a vendor or a product line, not the GPU model: dropped before matching.
 _VENDOR_WORDS = re.compile(
@@ -230,87 +145,30 @@ class ModelSpec:
     active_parameters: float | None = None  # mixture-of-experts: parameters read per token
     default_dtype: str = "bfloat16"
     weight_bytes: float | None = None  # checkpoints whose bytes are not parameters x one dtype
+    source: str = "the model's config.json and model card on Hugging Face"
 
 
-_HF = "the model's config.json on Hugging Face (num_hidden_layers, num_key_value_heads, head_dim) and its model card"
+def load_model_specs(path: Path = MODEL_TABLE) -> tuple[ModelSpec, ...]:
+    """The model table (``sweeper/data/models.csv``: shapes from each model's config.json)."""
+    return tuple(
+        ModelSpec(
+            name=row["name"],
+            key=row["key"],
+            parameters=float(row["parameters"]),
+            num_layers=int(row["num_layers"]),
+            num_kv_heads=int(row["num_kv_heads"]),
+            head_dim=int(row["head_dim"]),
+            hidden_size=int(row["hidden_size"]),
+            active_parameters=_optional_float(row["active_parameters"]),
+            default_dtype=row["default_dtype"],
+            weight_bytes=_optional_float(row["weight_bytes"]),
+            source=row["source"],
+        )
+        for row in _read_table(path)
+    )
 
-# Figures: each model's config.json and model card on Hugging Face.
-MODEL_SPECS: tuple[ModelSpec, ...] = (
-    ModelSpec("Qwen2.5-0.5B", "qwen2505b", 0.49e9, 24, 2, 64, 896),
-    ModelSpec("Qwen2.5-1.5B", "qwen2515b", 1.54e9, 28, 2, 128, 1536),
-    ModelSpec("Qwen2.5-3B", "qwen253b", 3.09e9, 36, 2, 128, 2048),
-    ModelSpec("Qwen2.5-7B", "qwen257b", 7.61e9, 28, 4, 128, 3584),
-    ModelSpec("Qwen2.5-14B", "qwen2514b", 14.7e9, 48, 8, 128, 5120),
-    ModelSpec("Qwen2.5-32B", "qwen2532b", 32.5e9, 64, 8, 128, 5120),
-    ModelSpec("Qwen2.5-72B", "qwen2572b", 72.7e9, 80, 8, 128, 8192),
-    ModelSpec("Qwen3-0.6B", "qwen306b", 0.6e9, 28, 8, 128, 1024),
-    ModelSpec("Qwen3-1.7B", "qwen317b", 1.7e9, 28, 8, 128, 2048),
-    ModelSpec("Qwen3-4B", "qwen34b", 4.0e9, 36, 8, 128, 2560),
-    ModelSpec("Qwen3-8B", "qwen38b", 8.2e9, 36, 8, 128, 4096),
-    ModelSpec("Qwen3-14B", "qwen314b", 14.8e9, 40, 8, 128, 5120),
-    ModelSpec("Qwen3-32B", "qwen332b", 32.8e9, 64, 8, 128, 5120),
-    ModelSpec("Qwen3-30B-A3B", "qwen330ba3b", 30.5e9, 48, 4, 128, 2048, active_parameters=3.3e9),
-    ModelSpec("Qwen3-235B-A22B", "qwen3235ba22b", 235e9, 94, 4, 128, 4096, active_parameters=22e9),
-    ModelSpec("Llama-3.2-1B", "llama321b", 1.24e9, 16, 8, 64, 2048),
-    ModelSpec("Llama-3.2-3B", "llama323b", 3.21e9, 28, 8, 128, 3072),
-    ModelSpec("Llama-3-8B", "llama38b", 8.03e9, 32, 8, 128, 4096),
-    ModelSpec("Llama-3.1-8B", "llama318b", 8.03e9, 32, 8, 128, 4096),
-    ModelSpec("Llama-3-70B", "llama370b", 70.6e9, 80, 8, 128, 8192),
-    ModelSpec("Llama-3.1-70B", "llama3170b", 70.6e9, 80, 8, 128, 8192),
-    ModelSpec("Llama-3.3-70B", "llama3370b", 70.6e9, 80, 8, 128, 8192),
-    ModelSpec("Mistral-7B", "mistral7b", 7.25e9, 32, 8, 128, 4096),
-    ModelSpec("Yi-1.5-34B", "yi1534b", 34.4e9, 60, 8, 128, 7168),
-    ModelSpec("Yi-34B", "yi34b", 34.4e9, 60, 8, 128, 7168),
-    # gpt-oss: MoE weights in MXFP4 (checkpoint 12.8 GiB / 60.8 GiB per the model card).
-    ModelSpec(
-        "gpt-oss-20b",
-        "gptoss20b",
-        20.9e9,
-        24,
-        8,
-        64,
-        2880,
-        active_parameters=3.6e9,
-        default_dtype="mxfp4",
-        weight_bytes=13.8e9,
-    ),
-    ModelSpec(
-        "gpt-oss-120b",
-        "gptoss120b",
-        116.8e9,
-        36,
-        8,
-        64,
-        2880,
-        active_parameters=5.1e9,
-        default_dtype="mxfp4",
-        weight_bytes=65.3e9,
-    ),
-    # MiniMax-M2 / M2.5 (same architecture): 62 layers x 8 KV heads x 128 agrees with the vLLM
-    # log of the MI355X peer data set: 56.86 GiB of fp8 KV cache = 480,800 tokens x 126,976 B.
-    ModelSpec(
-        "MiniMax-M2.5",
-        "minimaxm25",
-        229e9,
-        62,
-        8,
-        128,
-        3072,
-        active_parameters=10e9,
-        default_dtype="fp8",
-    ),
-    ModelSpec(
-        "MiniMax-M2",
-        "minimaxm2",
-        229e9,
-        62,
-        8,
-        128,
-        3072,
-        active_parameters=10e9,
-        default_dtype="fp8",
-    ),
-)
+
+MODEL_SPECS: tuple[ModelSpec, ...] = load_model_specs()
 
 # Bytes per stored element, by the dtype names vLLM, transformers and people use.
 DTYPE_BYTES: dict[str, float] = {
@@ -399,7 +257,7 @@ def model_facts(
             config = {**config, **text}
     facts = ModelFacts(name=name or (spec.name if spec else None))
     cfg_detail = str(config_json) if config_json is not None else None
-    table_detail = f"{spec.name}: {_HF}" if spec else None
+    table_detail = f"{spec.name}: {spec.source}" if spec else None
 
     def pick(config_keys: tuple[str, ...], table_value: float | None) -> Fact | None:
         for key in config_keys:
