@@ -158,7 +158,11 @@ def chart_throughput_latency(
     """Output throughput (x) against p50 and p99 TTFT (y, log), a point per level labelled C=n,
     with the service levels as horizontal bands."""
     lab = _labels("throughput_latency", labels)
-    _need(levels, ["concurrency", "output_throughput_tok_s", "ttft_ms_p50", "ttft_ms_p99"], "throughput_latency")
+    _need(
+        levels,
+        ["concurrency", "output_throughput_tok_s", "ttft_ms_p50", "ttft_ms_p99"],
+        "throughput_latency",
+    )
     long = levels.melt(
         id_vars=["concurrency", "output_throughput_tok_s"],
         value_vars=["ttft_ms_p50", "ttft_ms_p99"],
@@ -193,8 +197,12 @@ def chart_throughput_latency(
     bands = [s for s in slos_ms if s > 0]
     if bands:
         slo = pd.DataFrame({"slo_ms": bands})
-        slo["slo_label"] = [f"{lab['slo']} {v / 1000:g} s" if v >= 1000 else f"{lab['slo']} {v:g} ms" for v in bands]
-        rules = alt.Chart(slo).mark_rule(color=_GREY, strokeWidth=6, opacity=0.25).encode(y="slo_ms:Q")
+        slo["slo_label"] = [
+            f"{lab['slo']} {v / 1000:g} s" if v >= 1000 else f"{lab['slo']} {v:g} ms" for v in bands
+        ]
+        rules = (
+            alt.Chart(slo).mark_rule(color=_GREY, strokeWidth=6, opacity=0.25).encode(y="slo_ms:Q")
+        )
         rule_text = (
             alt.Chart(slo)
             .mark_text(align="right", baseline="bottom", dx=-2, dy=-4, color="#777", fontSize=10)
@@ -225,7 +233,9 @@ def chart_scaling(levels: pd.DataFrame, labels: Mapping[str, str] | None = None)
         var_name="kind",
         value_name="tok_s",
     )
-    long["series"] = long["kind"].map({"output_throughput_tok_s": lab["measured"], "ideal_tok_s": lab["ideal"]})
+    long["series"] = long["kind"].map(
+        {"output_throughput_tok_s": lab["measured"], "ideal_tok_s": lab["ideal"]}
+    )
     colour = alt.Color(
         "series:N",
         title=lab["series"],
@@ -236,19 +246,28 @@ def chart_scaling(levels: pd.DataFrame, labels: Mapping[str, str] | None = None)
         title=lab["series"],
         scale=alt.Scale(domain=[lab["measured"], lab["ideal"]], range=[[1, 0], [5, 4]]),
     )
-    x = alt.X("concurrency:Q", title=lab["x"], scale=_concurrency_scale(), axis=alt.Axis(values=frame["concurrency"].tolist()))
+    x = alt.X(
+        "concurrency:Q",
+        title=lab["x"],
+        scale=_concurrency_scale(),
+        axis=alt.Axis(values=frame["concurrency"].tolist()),
+    )
     y = alt.Y("tok_s:Q", title=lab["y"], scale=alt.Scale(type="log"))
-    lines = _base(long).mark_line(point=True).encode(
-        x=x,
-        y=y,
-        color=colour,
-        strokeDash=dash,
-        tooltip=[
-            alt.Tooltip("concurrency:Q"),
-            alt.Tooltip("series:N", title=lab["series"]),
-            alt.Tooltip("tok_s:Q", format=",.1f"),
-            alt.Tooltip("efficiency:Q", title=lab["efficiency"], format=".1%"),
-        ],
+    lines = (
+        _base(long)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=y,
+            color=colour,
+            strokeDash=dash,
+            tooltip=[
+                alt.Tooltip("concurrency:Q"),
+                alt.Tooltip("series:N", title=lab["series"]),
+                alt.Tooltip("tok_s:Q", format=",.1f"),
+                alt.Tooltip("efficiency:Q", title=lab["efficiency"], format=".1%"),
+            ],
+        )
     )
     measured = long[long["kind"] == "output_throughput_tok_s"]
     text = (
@@ -259,7 +278,9 @@ def chart_scaling(levels: pd.DataFrame, labels: Mapping[str, str] | None = None)
     return _finish(alt.layer(lines, text))
 
 
-def chart_marginal_gain(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.LayerChart:
+def chart_marginal_gain(
+    levels: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> alt.LayerChart:
     """Added throughput per added concurrency slot between consecutive levels (bars; the first bar
     goes from nothing to the first level), with the single-stream rate as a dashed reference."""
     lab = _labels("marginal_gain", labels)
@@ -279,13 +300,29 @@ def chart_marginal_gain(levels: pd.DataFrame, labels: Mapping[str, str] | None =
         }
     )
     reference = float(tput[0] / conc[0])
-    bar = _base(bars).mark_bar(color=_BLUE).encode(
-        x=alt.X("step:N", title=lab["x"], sort=alt.EncodingSortField("order"), axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("gain_tok_s_per_slot:Q", title=lab["y"]),
-        tooltip=[alt.Tooltip("step:N", title=lab["x"]), alt.Tooltip("gain_tok_s_per_slot:Q", title=lab["y"], format=",.1f")],
+    bar = (
+        _base(bars)
+        .mark_bar(color=_BLUE)
+        .encode(
+            x=alt.X(
+                "step:N",
+                title=lab["x"],
+                sort=alt.EncodingSortField("order"),
+                axis=alt.Axis(labelAngle=0),
+            ),
+            y=alt.Y("gain_tok_s_per_slot:Q", title=lab["y"]),
+            tooltip=[
+                alt.Tooltip("step:N", title=lab["x"]),
+                alt.Tooltip("gain_tok_s_per_slot:Q", title=lab["y"], format=",.1f"),
+            ],
+        )
     )
-    ref = pd.DataFrame({"reference_tok_s": [reference], "label": [f"{lab['reference']} {reference:,.1f} tok/s"]})
-    rule = alt.Chart(ref).mark_rule(color=_VERMILION, strokeDash=[5, 4]).encode(y="reference_tok_s:Q")
+    ref = pd.DataFrame(
+        {"reference_tok_s": [reference], "label": [f"{lab['reference']} {reference:,.1f} tok/s"]}
+    )
+    rule = (
+        alt.Chart(ref).mark_rule(color=_VERMILION, strokeDash=[5, 4]).encode(y="reference_tok_s:Q")
+    )
     rule_text = (
         alt.Chart(ref)
         .mark_text(align="right", baseline="bottom", dy=-3, color=_VERMILION, fontSize=10)
@@ -294,7 +331,9 @@ def chart_marginal_gain(levels: pd.DataFrame, labels: Mapping[str, str] | None =
     return _finish(alt.layer(bar, rule, rule_text))
 
 
-def chart_itl_split(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.LayerChart:
+def chart_itl_split(
+    levels: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> alt.LayerChart:
     """ITL p50 / p90 / p99 / mean per level on a log axis, the p50-p99 span shaded."""
     lab = _labels("itl_split", labels)
     stats = ["itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean"]
@@ -303,11 +342,23 @@ def chart_itl_split(levels: pd.DataFrame, labels: Mapping[str, str] | None = Non
     for column in stats:
         frame[column] = _positive(frame[column])
     frame = frame.dropna(subset=["itl_ms_p50"])
-    names = {"itl_ms_p50": lab["p50"], "itl_ms_p90": lab["p90"], "itl_ms_p99": lab["p99"], "itl_ms_mean": lab["mean"]}
-    long = frame.melt(id_vars=["concurrency"], value_vars=stats, var_name="stat", value_name="itl_ms").dropna()
+    names = {
+        "itl_ms_p50": lab["p50"],
+        "itl_ms_p90": lab["p90"],
+        "itl_ms_p99": lab["p99"],
+        "itl_ms_mean": lab["mean"],
+    }
+    long = frame.melt(
+        id_vars=["concurrency"], value_vars=stats, var_name="stat", value_name="itl_ms"
+    ).dropna()
     long["series"] = long["stat"].map(names)
     domain = [names[s] for s in stats]
-    x = alt.X("concurrency:Q", title=lab["x"], scale=_concurrency_scale(), axis=alt.Axis(values=frame["concurrency"].tolist()))
+    x = alt.X(
+        "concurrency:Q",
+        title=lab["x"],
+        scale=_concurrency_scale(),
+        axis=alt.Axis(values=frame["concurrency"].tolist()),
+    )
     band = (
         _base(frame)
         .mark_area(opacity=0.15, color=_VERMILION)
@@ -315,7 +366,11 @@ def chart_itl_split(levels: pd.DataFrame, labels: Mapping[str, str] | None = Non
             x=x,
             y=alt.Y("itl_ms_p50:Q", title=lab["y"], scale=alt.Scale(type="log")),
             y2="itl_ms_p99:Q",
-            tooltip=[alt.Tooltip("concurrency:Q"), alt.Tooltip("itl_ms_p50:Q", format=",.1f"), alt.Tooltip("itl_ms_p99:Q", format=",.1f")],
+            tooltip=[
+                alt.Tooltip("concurrency:Q"),
+                alt.Tooltip("itl_ms_p50:Q", format=",.1f"),
+                alt.Tooltip("itl_ms_p99:Q", format=",.1f"),
+            ],
         )
     )
     lines = (
@@ -330,31 +385,56 @@ def chart_itl_split(levels: pd.DataFrame, labels: Mapping[str, str] | None = Non
                 scale=alt.Scale(domain=domain, range=[_BLUE, _ORANGE, _VERMILION, _GREEN]),
             ),
             strokeDash=alt.StrokeDash(
-                "series:N", title=lab["series"], scale=alt.Scale(domain=domain, range=[[1, 0], [1, 0], [1, 0], [4, 3]])
+                "series:N",
+                title=lab["series"],
+                scale=alt.Scale(domain=domain, range=[[1, 0], [1, 0], [1, 0], [4, 3]]),
             ),
-            tooltip=[alt.Tooltip("concurrency:Q"), alt.Tooltip("series:N", title=lab["series"]), alt.Tooltip("itl_ms:Q", format=",.2f")],
+            tooltip=[
+                alt.Tooltip("concurrency:Q"),
+                alt.Tooltip("series:N", title=lab["series"]),
+                alt.Tooltip("itl_ms:Q", format=",.2f"),
+            ],
         )
     )
     return _finish(alt.layer(band, lines))
 
 
-def chart_e2el_breakdown(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+def chart_e2el_breakdown(
+    levels: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> alt.Chart:
     """p50 end-to-end latency per level, stacked as TTFT (waiting for the first token) + decode."""
     lab = _labels("e2el_breakdown", labels)
     _need(levels, ["concurrency", "ttft_ms_p50", "e2el_ms_p50"], "e2el_breakdown")
-    frame = levels[["concurrency", "ttft_ms_p50", "e2el_ms_p50"]].dropna().sort_values("concurrency")
+    frame = (
+        levels[["concurrency", "ttft_ms_p50", "e2el_ms_p50"]].dropna().sort_values("concurrency")
+    )
     frame = frame.assign(decode_ms=(frame["e2el_ms_p50"] - frame["ttft_ms_p50"]).clip(lower=0))
-    long = frame.melt(id_vars=["concurrency"], value_vars=["ttft_ms_p50", "decode_ms"], var_name="kind", value_name="ms")
+    long = frame.melt(
+        id_vars=["concurrency"],
+        value_vars=["ttft_ms_p50", "decode_ms"],
+        var_name="kind",
+        value_name="ms",
+    )
     long["part"] = long["kind"].map({"ttft_ms_p50": lab["ttft"], "decode_ms": lab["decode"]})
     long["stack_order"] = long["kind"].map({"ttft_ms_p50": 0, "decode_ms": 1})
-    chart = _base(long).mark_bar().encode(
-        x=alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("ms:Q", title=lab["y"], stack="zero"),
-        color=alt.Color(
-            "part:N", title=lab["part"], scale=alt.Scale(domain=[lab["ttft"], lab["decode"]], range=[_ORANGE, _BLUE])
-        ),
-        order=alt.Order("stack_order:Q"),
-        tooltip=[alt.Tooltip("concurrency:O"), alt.Tooltip("part:N", title=lab["part"]), alt.Tooltip("ms:Q", format=",.1f")],
+    chart = (
+        _base(long)
+        .mark_bar()
+        .encode(
+            x=alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("ms:Q", title=lab["y"], stack="zero"),
+            color=alt.Color(
+                "part:N",
+                title=lab["part"],
+                scale=alt.Scale(domain=[lab["ttft"], lab["decode"]], range=[_ORANGE, _BLUE]),
+            ),
+            order=alt.Order("stack_order:Q"),
+            tooltip=[
+                alt.Tooltip("concurrency:O"),
+                alt.Tooltip("part:N", title=lab["part"]),
+                alt.Tooltip("ms:Q", format=",.1f"),
+            ],
+        )
     )
     return _finish(chart)
 
@@ -380,17 +460,27 @@ def chart_kv_occupancy(
     frame["occupancy"] = frame["needed_tokens"] / capacity_tokens
     x = alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0))
     y = alt.Y("occupancy:Q", title=lab["y"], axis=alt.Axis(format="%"))
-    bars = _base(frame).mark_bar(color=_BLUE, opacity=0.8).encode(
-        x=x,
-        y=y,
-        tooltip=[
-            alt.Tooltip("concurrency:O"),
-            alt.Tooltip("needed_tokens:Q", title=lab["needed"], format=",.0f"),
-            alt.Tooltip("occupancy:Q", title=lab["y"], format=".1%"),
-        ],
+    bars = (
+        _base(frame)
+        .mark_bar(color=_BLUE, opacity=0.8)
+        .encode(
+            x=x,
+            y=y,
+            tooltip=[
+                alt.Tooltip("concurrency:O"),
+                alt.Tooltip("needed_tokens:Q", title=lab["needed"], format=",.0f"),
+                alt.Tooltip("occupancy:Q", title=lab["y"], format=".1%"),
+            ],
+        )
     )
-    ceiling = pd.DataFrame({"occupancy": [1.0], "label": [f"{lab['ceiling']} {capacity_tokens:,.0f} tok"]})
-    rule = alt.Chart(ceiling).mark_rule(color=_VERMILION, strokeDash=[5, 4], strokeWidth=2).encode(y="occupancy:Q")
+    ceiling = pd.DataFrame(
+        {"occupancy": [1.0], "label": [f"{lab['ceiling']} {capacity_tokens:,.0f} tok"]}
+    )
+    rule = (
+        alt.Chart(ceiling)
+        .mark_rule(color=_VERMILION, strokeDash=[5, 4], strokeWidth=2)
+        .encode(y="occupancy:Q")
+    )
     rule_text = (
         alt.Chart(ceiling)
         .mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=_VERMILION, fontSize=10)
@@ -398,7 +488,11 @@ def chart_kv_occupancy(
     )
     layers: list[Any] = [bars, rule, rule_text]
     if observed is not None and not observed.empty and "kv_usage_max" in observed.columns:
-        obs = observed[["concurrency", "kv_usage_max"]].dropna().rename(columns={"kv_usage_max": "occupancy"})
+        obs = (
+            observed[["concurrency", "kv_usage_max"]]
+            .dropna()
+            .rename(columns={"kv_usage_max": "occupancy"})
+        )
         obs = obs[obs["concurrency"].isin(frame["concurrency"])]
         if not obs.empty:
             obs = obs.assign(series=lab["observed"])
@@ -408,7 +502,10 @@ def chart_kv_occupancy(
                 .encode(
                     x=x,
                     y=y,
-                    tooltip=[alt.Tooltip("concurrency:O"), alt.Tooltip("occupancy:Q", title=lab["observed"], format=".1%")],
+                    tooltip=[
+                        alt.Tooltip("concurrency:O"),
+                        alt.Tooltip("occupancy:Q", title=lab["observed"], format=".1%"),
+                    ],
                 )
             )
     return _finish(alt.layer(*layers))
@@ -424,7 +521,11 @@ def chart_request_timeline(
     """Each request of one level as a bar from its send time: waiting for the first token, then
     decoding; a tick marks the first token. ``requests`` is :func:`sweeper.metrics.request_frame`."""
     lab = _labels("request_timeline", labels)
-    _need(requests, ["concurrency", "request_id", "send_s", "ttft_ms", "e2el_ms", "status"], "request_timeline")
+    _need(
+        requests,
+        ["concurrency", "request_id", "send_s", "ttft_ms", "e2el_ms", "status"],
+        "request_timeline",
+    )
     level = requests[(requests["concurrency"] == concurrency) & (requests["status"] == "ok")]
     level = level.dropna(subset=["ttft_ms", "e2el_ms"]).sort_values("send_s").head(max_requests)
     if level.empty:
@@ -436,8 +537,26 @@ def chart_request_timeline(
     order = np.arange(1, len(level) + 1)
     parts = pd.concat(
         [
-            pd.DataFrame({"request": order, "request_id": level["request_id"].to_numpy(), "from_s": start.to_numpy(), "to_s": first.to_numpy(), "part": lab["wait"], "stack": 0}),
-            pd.DataFrame({"request": order, "request_id": level["request_id"].to_numpy(), "from_s": first.to_numpy(), "to_s": end.to_numpy(), "part": lab["decode"], "stack": 1}),
+            pd.DataFrame(
+                {
+                    "request": order,
+                    "request_id": level["request_id"].to_numpy(),
+                    "from_s": start.to_numpy(),
+                    "to_s": first.to_numpy(),
+                    "part": lab["wait"],
+                    "stack": 0,
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "request": order,
+                    "request_id": level["request_id"].to_numpy(),
+                    "from_s": first.to_numpy(),
+                    "to_s": end.to_numpy(),
+                    "part": lab["decode"],
+                    "stack": 1,
+                }
+            ),
         ],
         ignore_index=True,
     )
@@ -451,7 +570,9 @@ def chart_request_timeline(
             x2="to_s:Q",
             y=y,
             color=alt.Color(
-                "part:N", title=lab["part"], scale=alt.Scale(domain=[lab["wait"], lab["decode"]], range=[_ORANGE, _BLUE])
+                "part:N",
+                title=lab["part"],
+                scale=alt.Scale(domain=[lab["wait"], lab["decode"]], range=[_ORANGE, _BLUE]),
             ),
             tooltip=[
                 alt.Tooltip("request_id:N"),
@@ -465,55 +586,77 @@ def chart_request_timeline(
     ticks = (
         alt.Chart(pd.DataFrame({"request": order, "first_token_s": first.to_numpy()}))
         .mark_tick(color="#222", thickness=1.5)
-        .encode(x="first_token_s:Q", y=y, tooltip=[alt.Tooltip("first_token_s:Q", title=lab["first_token"], format=",.3f")])
+        .encode(
+            x="first_token_s:Q",
+            y=y,
+            tooltip=[alt.Tooltip("first_token_s:Q", title=lab["first_token"], format=",.3f")],
+        )
     )
     return _finish(alt.layer(bars, ticks))
 
 
 def _compare_frame(levels_by_run: pd.DataFrame, columns: Sequence[str], chart: str) -> pd.DataFrame:
     _need(levels_by_run, ["run", "concurrency", *columns], chart)
-    frame = levels_by_run[["run", "concurrency", *columns]].dropna().sort_values(["run", "concurrency"])
+    frame = (
+        levels_by_run[["run", "concurrency", *columns]].dropna().sort_values(["run", "concurrency"])
+    )
     if frame.empty:
         raise ValueError(f"{chart}: no run has the numbers to draw")
     return frame
 
 
-def chart_compare_latency(levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+def chart_compare_latency(
+    levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> alt.Chart:
     """Several runs' throughput against p99 TTFT, one curve per run (``run`` column)."""
     lab = _labels("compare_latency", labels)
-    frame = _compare_frame(levels_by_run, ["output_throughput_tok_s", "ttft_ms_p99"], "compare_latency")
+    frame = _compare_frame(
+        levels_by_run, ["output_throughput_tok_s", "ttft_ms_p99"], "compare_latency"
+    )
     frame = frame[frame["ttft_ms_p99"] > 0]
-    chart = _base(frame).mark_line(point=True).encode(
-        x=alt.X("output_throughput_tok_s:Q", title=lab["x"]),
-        y=alt.Y("ttft_ms_p99:Q", title=lab["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("run:N", title=lab["run"]),
-        order="concurrency:Q",
-        tooltip=[
-            alt.Tooltip("run:N", title=lab["run"]),
-            alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
-            alt.Tooltip("output_throughput_tok_s:Q", format=",.1f"),
-            alt.Tooltip("ttft_ms_p99:Q", format=",.1f"),
-        ],
+    chart = (
+        _base(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("output_throughput_tok_s:Q", title=lab["x"]),
+            y=alt.Y("ttft_ms_p99:Q", title=lab["y"], scale=alt.Scale(type="log")),
+            color=alt.Color("run:N", title=lab["run"]),
+            order="concurrency:Q",
+            tooltip=[
+                alt.Tooltip("run:N", title=lab["run"]),
+                alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+                alt.Tooltip("output_throughput_tok_s:Q", format=",.1f"),
+                alt.Tooltip("ttft_ms_p99:Q", format=",.1f"),
+            ],
+        )
     )
     return _finish(chart)
 
 
-def chart_compare_per_gpu(levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+def chart_compare_per_gpu(
+    levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> alt.Chart:
     """Throughput per GPU (y) against what each user sees, tokens/s per request (x): the trade-off
     curve of each run; up and to the right is better."""
     lab = _labels("compare_per_gpu", labels)
-    frame = _compare_frame(levels_by_run, ["gen_tok_s_p50", "output_throughput_per_gpu_tok_s"], "compare_per_gpu")
-    chart = _base(frame).mark_line(point=True).encode(
-        x=alt.X("gen_tok_s_p50:Q", title=lab["x"]),
-        y=alt.Y("output_throughput_per_gpu_tok_s:Q", title=lab["y"]),
-        color=alt.Color("run:N", title=lab["run"]),
-        order="concurrency:Q",
-        tooltip=[
-            alt.Tooltip("run:N", title=lab["run"]),
-            alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
-            alt.Tooltip("gen_tok_s_p50:Q", format=",.1f"),
-            alt.Tooltip("output_throughput_per_gpu_tok_s:Q", format=",.1f"),
-        ],
+    frame = _compare_frame(
+        levels_by_run, ["gen_tok_s_p50", "output_throughput_per_gpu_tok_s"], "compare_per_gpu"
+    )
+    chart = (
+        _base(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("gen_tok_s_p50:Q", title=lab["x"]),
+            y=alt.Y("output_throughput_per_gpu_tok_s:Q", title=lab["y"]),
+            color=alt.Color("run:N", title=lab["run"]),
+            order="concurrency:Q",
+            tooltip=[
+                alt.Tooltip("run:N", title=lab["run"]),
+                alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+                alt.Tooltip("gen_tok_s_p50:Q", format=",.1f"),
+                alt.Tooltip("output_throughput_per_gpu_tok_s:Q", format=",.1f"),
+            ],
+        )
     )
     return _finish(chart)
 

@@ -52,7 +52,10 @@ VEGA_BUNDLE = "vega-bundle.js"
 NOTEBOOK_EXTENSION = ".ipynb"
 # Rendered pages per trace set, beside mkdocs.yml (.cache/ is where mkdocs-jupyter caches too).
 PAGE_CACHE = Path(".cache") / "sweeper" / "pages"
-_I18N_LOGGERS = ("mkdocs.plugins.mkdocs_static_i18n.reconfigure", "mkdocs.plugins.mkdocs_static_i18n")
+_I18N_LOGGERS = (
+    "mkdocs.plugins.mkdocs_static_i18n.reconfigure",
+    "mkdocs.plugins.mkdocs_static_i18n",
+)
 _INSTANT_WARNING = "language switcher contextual link is not compatible"
 
 
@@ -80,11 +83,15 @@ def vega_bundle(folder: Path | None = None) -> Path:
     import vl_convert
 
     folder = folder or cache_dir()
-    path = folder / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
+    version = getattr(vl_convert, "__version__", "unknown")
+    path = folder / f"vega-bundle-vl-convert-{version}.js"
     if path.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    text = "(function () {\n" + vl_convert.javascript_bundle() + "\n})();\n"
+    # The default snippet assigns vegaEmbed, vegaLite and vega to window (the type stub marks
+    # the optional snippet as required).
+    bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]
+    text = "(function () {\n" + bundle + "\n})();\n"
     fd, tmp = tempfile.mkstemp(prefix=".vega-bundle.", suffix=".tmp", dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -98,7 +105,9 @@ def _extend_nav(nav: list[Any], generated: list[str]) -> bool:
     for position, item in enumerate(nav):
         value = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else item
         if value == index:
-            present = {v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])}
+            present = {
+                v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])
+            }
             nav[position + 1 : position + 1] = [p for p in generated[1:] if p not in present]
             return True
         if isinstance(value, list) and _extend_nav(value, generated):
@@ -117,8 +126,9 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         self.traces_path: Path | None = None
 
     def on_config(self, config: MkDocsConfig) -> MkDocsConfig:
-        if NOTEBOOK_EXTENSION not in mkdocs.utils.markdown_extensions:
-            mkdocs.utils.markdown_extensions = (*mkdocs.utils.markdown_extensions, NOTEBOOK_EXTENSION)
+        extensions: tuple[str, ...] = tuple(mkdocs.utils.markdown_extensions)
+        if NOTEBOOK_EXTENSION not in extensions:
+            mkdocs.utils.markdown_extensions = (*extensions, NOTEBOOK_EXTENSION)  # type: ignore[assignment]
         for name in _I18N_LOGGERS:
             logger = logging.getLogger(name)
             if _FILTER not in logger.filters:
@@ -135,12 +145,18 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         if written:
             log.info("sweeper: %d report page(s) written from %s", written, self.traces_path)
         if config.nav is not None and not _extend_nav(config.nav, site.generated_nav(pages)):
-            log.info("sweeper: runs/index.md is not in the nav; run pages are reachable from the index only")
+            log.info(
+                "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"
+            )
         return config
 
     def on_files(self, files: Files, *, config: MkDocsConfig) -> Files:
         bundle = vega_bundle()
-        sources = [(ASSETS_DIR / CHART_SCRIPT, CHART_SCRIPT), (ASSETS_DIR / STYLESHEET, STYLESHEET), (bundle, VEGA_BUNDLE)]
+        sources = [
+            (ASSETS_DIR / CHART_SCRIPT, CHART_SCRIPT),
+            (ASSETS_DIR / STYLESHEET, STYLESHEET),
+            (bundle, VEGA_BUNDLE),
+        ]
         for path, name in sources:
             files.append(
                 File(

@@ -41,19 +41,15 @@ import pandas as pd
 from sweeper import charts
 from sweeper.errors import SweeperError
 from sweeper.i18n import LANGUAGES, fmt_date, fmt_number
-from sweeper.pages import (
+from sweeper.markup import chart_html, esc, front_matter, tr
+from sweeper.pages import render_run_page
+from sweeper.report import (
     RunData,
-    chart_html,
     collect_run,
     engine_title,
-    esc,
-    front_matter,
     gpu_title,
     model_title,
     peak_level,
-    render_run_page,
-    run_title,
-    tr,
 )
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import TraceSet, load_trace_set
@@ -177,7 +173,8 @@ def _render_entry(folder: Path) -> RunEntry:
     try:
         run = collect_run(load_trace_set(folder))
         entry.pages = {
-            page_path(f"{RUNS_DIR}/{run.run_id}/index.md", lang): render_run_page(run, lang) for lang in LANGUAGES
+            page_path(f"{RUNS_DIR}/{run.run_id}/index.md", lang): render_run_page(run, lang)
+            for lang in LANGUAGES
         }
         entry.run = run
     except SweeperError as exc:
@@ -208,7 +205,9 @@ def comparison_groups(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
     groups: dict[str, list[RunData]] = {}
     for run in runs:
         groups.setdefault(model_title(run.ts), []).append(run)
-    return {model: sorted(rs, key=lambda r: r.run_id) for model, rs in groups.items() if len(rs) > 1}
+    return {
+        model: sorted(rs, key=lambda r: r.run_id) for model, rs in groups.items() if len(rs) > 1
+    }
 
 
 def _link(text: str, target: str) -> str:
@@ -219,24 +218,37 @@ def _headline_numbers(run: RunData, lang: str) -> tuple[str, str, str]:
     peak = peak_level(run.levels)
     peak_text = "–"
     if peak is not None:
-        peak_text = f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} (C={int(peak['concurrency'])})"
+        peak_text = (
+            f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} (C={int(peak['concurrency'])})"
+        )
     first = run.levels.dropna(subset=["output_throughput_tok_s"]).head(1)
     single = "–"
     if not first.empty:
-        single = fmt_number(float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0]), lang, 1)
+        single = fmt_number(
+            float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0]), lang, 1
+        )
     recommended = run.known("recommended")
     rec = f"C={recommended.numbers.get('concurrency')}" if recommended is not None else "–"
     return peak_text, single, rec
 
 
-def render_index(entries: list[RunEntry], comparisons: Mapping[str, list[RunData]], lang: str) -> str:
+def render_index(
+    entries: list[RunEntry], comparisons: Mapping[str, list[RunData]], lang: str
+) -> str:
     """The list of every run, the comparisons, and the trace sets that could not be read."""
     parts = [front_matter(tr(lang, "Runs")), "# " + html.escape(tr(lang, "Runs"))]
-    runs = sorted((e.run for e in entries if e.run is not None), key=lambda r: r.ts.manifest.started_at, reverse=True)
+    runs = sorted(
+        (e.run for e in entries if e.run is not None),
+        key=lambda r: r.ts.manifest.started_at,
+        reverse=True,
+    )
     if runs:
         parts.append(
             html.escape(
-                tr(lang, "Every trace set in traces/, newest first. Peak throughput in output tok/s at the level where it was reached.")
+                tr(
+                    lang,
+                    "Every trace set in traces/, newest first. Peak throughput in output tok/s at the level where it was reached.",
+                )
             )
         )
         header = [
@@ -267,7 +279,12 @@ def render_index(entries: list[RunEntry], comparisons: Mapping[str, list[RunData
         parts.append(_markdown_table(header, rows))
     else:
         parts.append(
-            html.escape(tr(lang, "No trace set yet: record one with `sweeper record` or bring one in with `sweeper import`."))
+            html.escape(
+                tr(
+                    lang,
+                    "No trace set yet: record one with `sweeper record` or bring one in with `sweeper import`.",
+                )
+            )
         )
     if comparisons:
         parts.append("## " + html.escape(tr(lang, "Comparisons")))
@@ -282,7 +299,11 @@ def render_index(entries: list[RunEntry], comparisons: Mapping[str, list[RunData
     broken = [e for e in entries if e.error is not None]
     if broken:
         parts.append("## " + html.escape(tr(lang, "Trace sets that could not be read")))
-        parts.append(html.escape(tr(lang, "These folders were left out of the site; the other runs are published.")))
+        parts.append(
+            html.escape(
+                tr(lang, "These folders were left out of the site; the other runs are published.")
+            )
+        )
         parts.append(
             _markdown_table(
                 [tr(lang, "Folder"), tr(lang, "Problem")],
@@ -293,7 +314,10 @@ def render_index(entries: list[RunEntry], comparisons: Mapping[str, list[RunData
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(html.escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines = [
+        "| " + " | ".join(html.escape(h) for h in header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -309,9 +333,9 @@ def render_comparison(model: str, runs: list[RunData], lang: str) -> str:
     parts = [front_matter(title), "# " + esc(title)]
     parts.append(
         html.escape(
-            tr(lang, "{count} runs of the same model, on different GPUs, engines or server flags.").format(
-                count=fmt_number(len(runs), lang, 0)
-            )
+            tr(
+                lang, "{count} runs of the same model, on different GPUs, engines or server flags."
+            ).format(count=fmt_number(len(runs), lang, 0))
         )
     )
     rows = []
@@ -323,12 +347,21 @@ def render_comparison(model: str, runs: list[RunData], lang: str) -> str:
                 esc(gpu_title(run.ts, lang) or "–"),
                 esc(engine_title(run.ts) or "–"),
                 fmt_number(peak["output_throughput_tok_s"], lang, 0) if peak is not None else "–",
-                fmt_number(peak["output_throughput_per_gpu_tok_s"], lang, 0) if peak is not None else "–",
+                fmt_number(peak["output_throughput_per_gpu_tok_s"], lang, 0)
+                if peak is not None
+                else "–",
             ]
         )
     parts.append(
         _markdown_table(
-            [tr(lang, "Run"), tr(lang, "GPU"), tr(lang, "Engine"), tr(lang, "Peak tok/s"), tr(lang, "Peak tok/s per GPU")], rows
+            [
+                tr(lang, "Run"),
+                tr(lang, "GPU"),
+                tr(lang, "Engine"),
+                tr(lang, "Peak tok/s"),
+                tr(lang, "Peak tok/s per GPU"),
+            ],
+            rows,
         )
     )
     frame = compare_frame(runs)
@@ -337,7 +370,10 @@ def render_comparison(model: str, runs: list[RunData], lang: str) -> str:
             "compare_latency",
             charts.chart_compare_latency,
             tr(lang, "Throughput against p99 TTFT"),
-            tr(lang, "One curve per run; a point per concurrency level. Lower and further right is better."),
+            tr(
+                lang,
+                "One curve per run; a point per concurrency level. Lower and further right is better.",
+            ),
         ),
         (
             "compare_per_gpu",
@@ -414,7 +450,9 @@ def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:
                 "choose another output folder; sweeper only writes into folders it created"
             )
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / SENTINEL).write_text("Generated by sweeper from traces/: edits here are overwritten.\n")
+        (folder / SENTINEL).write_text(
+            "Generated by sweeper from traces/: edits here are overwritten.\n"
+        )
     for relative, text in pages.items():
         path = docs_dir / relative
         if path.exists() and path.read_text(encoding="utf-8") == text:
@@ -447,6 +485,5 @@ __all__ = [
     "generated_nav",
     "render_comparison",
     "render_index",
-    "run_title",
     "write_pages",
 ]

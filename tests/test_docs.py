@@ -27,7 +27,9 @@ def _docs(lang: str) -> str:
 
 
 CHART_FUNCTIONS = sorted(
-    name for name, obj in inspect.getmembers(charts, inspect.isfunction) if name.startswith("chart_")
+    name
+    for name, obj in inspect.getmembers(charts, inspect.isfunction)
+    if name.startswith("chart_")
 )
 
 
@@ -38,13 +40,17 @@ def test_every_chart_of_the_pages_is_a_function() -> None:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("command", sorted(cli.commands))
 def test_every_command_is_documented(lang: str, command: str) -> None:
-    assert f"sweeper {command}" in _docs(lang), f"`sweeper {command}` is missing from the {lang} docs"
+    assert f"sweeper {command}" in _docs(lang), (
+        f"`sweeper {command}` is missing from the {lang} docs"
+    )
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("function", CHART_FUNCTIONS)
 def test_every_chart_is_documented(lang: str, function: str) -> None:
-    assert function in _docs(lang), f"`{function}` is missing from the {lang} docs (docs/charts*.md)"
+    assert function in _docs(lang), (
+        f"`{function}` is missing from the {lang} docs (docs/charts*.md)"
+    )
 
 
 def test_every_english_page_has_a_chinese_page() -> None:

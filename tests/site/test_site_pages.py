@@ -14,7 +14,9 @@ from site_helpers import BROKEN, MARKDOWN_MODEL, RUN_A, RUN_B, RUN_XSS, XSS
 from sweeper import site
 from sweeper.cli import cli
 from sweeper.errors import SweeperError
-from sweeper.pages import RunData, chart_html, collect_run, esc, render_run_page
+from sweeper.markup import chart_html, esc
+from sweeper.pages import RunData, render_run_page
+from sweeper.report import collect_run
 from sweeper.store import load_trace_set
 
 
@@ -172,3 +174,41 @@ def test_sweeper_build_error_is_one_line(tmp_path: Path, site_traces: Path) -> N
     )
     assert result.exit_code == 1
     assert "Error:" in result.output and "Traceback" not in result.output
+
+
+def test_every_page_word_has_a_chinese_translation() -> None:
+    from babel.messages.extract import extract_from_file
+    from babel.messages.pofile import read_po
+
+    import sweeper
+
+    package = Path(sweeper.__file__).parent
+    keywords = {"tr": (2,), "N_": None}
+    found = set()
+    for name in ("pages.py", "site.py", "charts.py", "advice.py", "provenance.py", "markup.py"):
+        for _, message, _, _ in extract_from_file("python", package / name, keywords=keywords):
+            found.add(message)
+    with (package / "locale" / "zh" / "LC_MESSAGES" / "pages.po").open("rb") as fh:
+        catalog = read_po(fh)
+    translated = {m.id for m in catalog if m.id and m.string}
+    assert found, "no message extracted"
+    assert found - translated == set(), "untranslated: run pybabel extract/update (sweeper/i18n.py)"
+
+
+def test_pages_are_cached_on_disk_between_processes(tmp_path: Path, site_traces: Path) -> None:
+    cache = tmp_path / "cache"
+    site._CACHE.clear()  # earlier tests filled the in-process cache
+    site._LAST.clear()
+    first = site.generate_pages(site_traces, cache)
+    assert len(list(cache.glob("*.pickle"))) == 3  # the three readable runs
+    site._CACHE.clear()  # what a new process starts with
+    site._LAST.clear()
+    rendered = []
+    original = site._render_entry
+    site._render_entry = lambda folder: rendered.append(folder) or original(folder)  # type: ignore[assignment]
+    try:
+        second = site.generate_pages(site_traces, cache)
+    finally:
+        site._render_entry = original  # type: ignore[assignment]
+    assert second == first
+    assert [f.name for f in rendered] == [BROKEN]  # only the unreadable one is tried again

@@ -1,0 +1,169 @@
+"""What a run's report rests on, computed once for both languages: the frames, the findings,
+the server-side aggregates, and the facts a title, a card or the index shows.
+
+::
+
+    run = collect_run(load_trace_set("traces/qwen7b-4090"))
+    run.levels                 # sweeper.metrics.level_frame
+    run.known("recommended")   # a Finding the data supported, or None
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from sweeper.findings import SLO, Finding, analyze_run
+from sweeper.i18n import fmt_number
+from sweeper.markup import finite
+from sweeper.metrics import level_frame, request_frame
+from sweeper.schema import Fact, fact_value
+from sweeper.server_metrics import server_level_frame
+from sweeper.store import TraceSet
+
+log = logging.getLogger("sweeper.report")
+
+GIB = 1024**3
+
+
+# ---------------------------------------------------------------------------------------------
+# What a page rests on
+
+
+@dataclass
+class RunData:
+    """Everything one run's page is written from, computed once for both languages."""
+
+    ts: TraceSet
+    levels: pd.DataFrame
+    requests: pd.DataFrame
+    findings: dict[str, Finding] = field(default_factory=dict)
+    server_levels: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.ts.run_id
+
+    def finding(self, finding_id: str) -> Finding | None:
+        """The finding, or None when it was not written (findings failed, or none by that id)."""
+        return self.findings.get(finding_id)
+
+    def known(self, finding_id: str) -> Finding | None:
+        """The finding when the data supported it (not ``severity: unknown``)."""
+        found = self.findings.get(finding_id)
+        return None if found is None or found.severity == "unknown" else found
+
+
+def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunData:
+    """Frames, findings and server-side aggregates of one trace set."""
+    requests = request_frame(ts)
+    levels = level_frame(ts, requests=requests)
+    run = RunData(ts=ts, levels=levels, requests=requests)
+    # Findings and server aggregates are extras: when they fail, the page still publishes what
+    # the measurements show and says what is missing.
+    try:
+        run.findings = {f.id: f for f in analyze_run(ts, slos=slos)}
+    except Exception as exc:
+        log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
+        run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
+    try:
+        if ts.metrics:
+            run.server_levels = server_level_frame(ts, requests=requests)
+    except Exception as exc:
+        log.warning(
+            "%s: server metrics could not be summarised: %s: %s", ts.path, type(exc).__name__, exc
+        )
+        run.notes.append(f"server metrics could not be summarised: {type(exc).__name__}: {exc}")
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts of a run (for titles, cards and the index)
+
+
+def fact_text(fact: Fact | None) -> str | None:
+    value = fact_value(fact)
+    return None if value is None else str(value)
+
+
+def gpu_title(ts: TraceSet, lang: str) -> str | None:
+    """``2 × H100 · 80 GB`` or ``RTX 4090``; None when unknown."""
+    hw = ts.manifest.hardware
+    name = fact_text(hw.gpu_name)
+    if name is None:
+        return None
+    count = fact_value(hw.gpu_count)
+    text = f"{count} × {name}" if isinstance(count, int) and count > 1 else name
+    memory = fact_value(hw.memory_gb)
+    if finite(memory):
+        text += f" · {fmt_number(memory, lang, 0)} GB"
+    return text
+
+
+def engine_title(ts: TraceSet) -> str | None:
+    engine = ts.manifest.server.engine
+    if engine is None:
+        return None
+    version = fact_text(ts.manifest.server.version)
+    return f"{engine} {version}" if version else engine
+
+
+def model_title(ts: TraceSet) -> str:
+    m = ts.manifest
+    return m.model.name or m.target.served_model_name or m.target.model or m.run_id
+
+
+def run_title(ts: TraceSet, lang: str) -> str:
+    """The page title as plain (unescaped) text: model · GPU · engine, leaving out what is unknown."""
+    parts = [model_title(ts), gpu_title(ts, lang), engine_title(ts)]
+    return " · ".join(p for p in parts if p)
+
+
+def peak_level(levels: pd.DataFrame) -> pd.Series | None:
+    valid = levels.dropna(subset=["output_throughput_tok_s"])
+    if valid.empty:
+        return None
+    return valid.loc[valid["output_throughput_tok_s"].idxmax()]
+
+
+def tokens_per_request(run: RunData) -> float | None:
+    """Input + output tokens of one request: what the workload asked for, else what was measured."""
+    wl = run.ts.manifest.workload
+    if wl.input_len is not None and wl.output_len is not None:
+        return float(wl.input_len + wl.output_len)
+    prompt = run.levels["prompt_tokens_mean"].mean() if not run.levels.empty else float("nan")
+    output = run.levels["output_tokens_mean"].mean() if not run.levels.empty else float("nan")
+    total = float(prompt + output)
+    return total if math.isfinite(total) and total > 0 else None
+
+
+def kv_capacity_tokens(run: RunData) -> float | None:
+    ceiling = run.known("kv_ceiling")
+    if ceiling is not None and finite(ceiling.numbers.get("capacity_tokens")):
+        return float(ceiling.numbers["capacity_tokens"])
+    value = fact_value(run.ts.manifest.server.config.kv_cache_tokens)
+    return float(value) if finite(value) and value > 0 else None
+
+
+def per_level(value: object) -> dict[int, float]:
+    """A per-level number of a finding as {concurrency: value}: accepts a mapping keyed by the
+    level (int or str) or a list of {"concurrency": C, "value": v} rows."""
+    out: dict[int, float] = {}
+    if isinstance(value, Mapping):
+        for key, v in value.items():
+            if finite(v):
+                out[int(key)] = float(v)
+    elif isinstance(value, list):
+        for row in value:
+            if (
+                isinstance(row, Mapping)
+                and finite(row.get("value"))
+                and row.get("concurrency") is not None
+            ):
+                out[int(row["concurrency"])] = float(row["value"])
+    return out
