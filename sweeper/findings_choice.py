@@ -397,8 +397,8 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
                 "prefill): scrape the server's /metrics to tell the two apart."
             ),
             "prefill_interference": N_(
-                "Other requests' prefills slow the streams that are decoding: long prompts "
-                "share every step with them; a larger --max-num-batched-tokens shortens each "
+                "Other requests' prefills slow the streams that are decoding: each prefill chunk "
+                "shares a step with them; a larger --max-num-batched-tokens shortens each "
                 "prefill, fewer concurrent long prompts or a separate prefill pool remove the "
                 "interference."
             ),
