@@ -77,36 +77,8 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         "stalls": int(sum(s.stalls for s in sigs)) if sigs else None,
         "client_lag_p99_ms": _num(lag, 3),
     }
-    uses = ["ITL percentiles per level"]
-    if (
-        data.server is not None
-        and "scrapes" in data.server
-        and data.server["scrapes"].fillna(0).sum() > 0
-    ):
-        uses.append("server /metrics: preemptions, waiting, running, KV usage")
-    gauges = data.server.get("gauge_source") if data.server is not None else None
-    if gauges is not None and gauges.astype(str).str.contains("log").any():
-        uses.append("server log: periodic Running / Waiting / KV usage lines")
-    if chunked is not None:
-        uses.append("server config: enable_chunked_prefill / max_num_batched_tokens")
-    if sigs:
-        uses.append("stall timing across streams (gap and request frames)")
-    missing: list[str] = []
-    if not _finite(preempt):
-        missing.append(N_("the preemption counter (scrape /metrics: vllm:num_preemptions_total)"))
-    if chunked is None:
-        missing.append(
-            N_("the chunked-prefill setting (--server-log, or --max-num-batched-tokens)")
-        )
-    server = data.server
-    if (
-        server is not None
-        and "window_overlap" in server.columns
-        and server["window_overlap"].eq(True).any()
-    ):
-        missing.append(N_("server metrics per level (the levels overlap in time)"))
-    if not sigs and opened:
-        missing.append(N_("per-chunk timestamps of the tail levels (stall timing)"))
+    uses = _cause_data(data, chunked, bool(sigs))
+    missing = _cause_missing(data, preempt, chunked, bool(sigs) or not opened)
 
     def done(cause: str, severity: str, text: _Text) -> Finding:
         numbers["cause"] = cause
@@ -307,6 +279,43 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         missing=_Missing(missing),
     )
     return done("unknown", "unknown", text)
+
+
+def _cause_data(data: RunData, chunked: Any, has_signature: bool) -> list[str]:
+    """What the tail-cause finding rests on, for its ``data`` list."""
+    uses = ["ITL percentiles per level"]
+    server = data.server
+    if server is not None and "scrapes" in server and server["scrapes"].fillna(0).sum() > 0:
+        uses.append("server /metrics: preemptions, waiting, running, KV usage")
+    gauges = server.get("gauge_source") if server is not None else None
+    if gauges is not None and gauges.astype(str).str.contains("log").any():
+        uses.append("server log: periodic Running / Waiting / KV usage lines")
+    if chunked is not None:
+        uses.append("server config: enable_chunked_prefill / max_num_batched_tokens")
+    if has_signature:
+        uses.append("stall timing across streams (gap and request frames)")
+    return uses
+
+
+def _cause_missing(data: RunData, preempt: float, chunked: Any, timing_known: bool) -> list[str]:
+    """What would tell the cause and is not there (messages, translated in the text)."""
+    missing: list[str] = []
+    if not _finite(preempt):
+        missing.append(N_("the preemption counter (scrape /metrics: vllm:num_preemptions_total)"))
+    if chunked is None:
+        missing.append(
+            N_("the chunked-prefill setting (--server-log, or --max-num-batched-tokens)")
+        )
+    server = data.server
+    if (
+        server is not None
+        and "window_overlap" in server
+        and server["window_overlap"].eq(True).any()
+    ):
+        missing.append(N_("server metrics per level (the levels overlap in time)"))
+    if not timing_known:
+        missing.append(N_("per-chunk timestamps of the tail levels (stall timing)"))
+    return missing
 
 
 def _sum_server(data: RunData, levels: Sequence[int], name: str) -> float:
