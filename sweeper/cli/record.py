@@ -10,13 +10,13 @@ import click
 from sweeper.cli._common import friendly_errors, parse_labels
 from sweeper.errors import ConfigError
 from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep, redact_argv
-from sweeper.record.progress import default_progress
-from sweeper.record.recorder import (
+from sweeper.record.config import (
     DEFAULT_INPUT_LEN,
     DEFAULT_MAX_ERROR_RATE,
     DEFAULT_OUTPUT_LEN,
     DEFAULT_TIMEOUT_S,
 )
+from sweeper.record.progress import default_progress
 from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
 from sweeper.record.workload import DEFAULT_LEVELS
 from sweeper.store import DEFAULT_TRACES_DIR

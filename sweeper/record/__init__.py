@@ -7,7 +7,8 @@ tokens), :mod:`~sweeper.record.client` (one timed request), :mod:`~sweeper.recor
 itself), :mod:`~sweeper.record.scrape` (Prometheus), :mod:`~sweeper.record.recorder` (the sweep).
 """
 
-from sweeper.record.recorder import RecordConfig, arecord_sweep, record_sweep, redact_argv
+from sweeper.record.config import RecordConfig, redact_argv
+from sweeper.record.recorder import arecord_sweep, record_sweep
 from sweeper.record.workload import RequestCount, parse_levels
 
 __all__ = [

@@ -11,25 +11,28 @@ manifest (replaced atomically) says which levels are complete; Ctrl-C marks the 
 from __future__ import annotations
 
 import asyncio
-import platform
-import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
-from sweeper import __version__
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
 from sweeper.record.client import Clock, RequestShaper, RequestSpec, default_clock, stream_request
+from sweeper.record.config import (
+    CONNECT_TIMEOUT_S,
+    CONNECTIONS_HEADROOM,
+    DEFAULT_OUTPUT_LEN,
+    PROMPT_BUILD_PARALLEL,
+    RecordConfig,
+    default_run_id,
+)
 from sweeper.record.lag import LagMonitor, summarize_lag
-from sweeper.record.progress import LevelStats, NullProgress, Progress, percentile
+from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
+from sweeper.record.progress import LevelStats, NullProgress, Progress
 from sweeper.record.scrape import (
-    DEFAULT_SCRAPE_INTERVAL_S,
     Scraper,
     apply_metric_facts,
     cache_config_facts,
@@ -39,171 +42,29 @@ from sweeper.record.serverinfo import (
     ServerInfo,
     api_roots,
     probe_server,
-    server_facts,
     tokenize_counter,
     tokenizer_counter,
-    version_fact,
 )
 from sweeper.record.workers import WorkerPool, WorkerSettings
 from sweeper.record.workload import (
-    DEFAULT_LEVELS,
     PromptBuilder,
-    RequestCount,
     TokenCounter,
     completion_body,
     request_id,
 )
 from sweeper.schema import (
     METRICS_FILE,
-    Client,
-    Fact,
     LevelStatus,
     RequestTrace,
     RunManifest,
-    Source,
-    Target,
     Workload,
-    check_run_id,
     strip_credentials,
 )
-from sweeper.schema import (
-    Clock as ClockInfo,
-)
 from sweeper.store import (
-    DEFAULT_TRACES_DIR,
     TraceSetWriter,
-    discover_trace_sets,
     load_trace_set,
-    read_manifest,
     requests_files,
 )
-
-DEFAULT_INPUT_LEN = 1024
-DEFAULT_OUTPUT_LEN = 256
-DEFAULT_TIMEOUT_S = 600.0
-DEFAULT_MAX_ERROR_RATE = 0.2
-PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
-CONNECT_TIMEOUT_S = 10.0
-CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
-REDACTED = "***"
-LIBRARIES = ("httpx", "httpcore", "pydantic", "prometheus_client", "rich", "click", "uvloop")
-
-# User-given server facts ("what the server was started with"): option -> ServerConfig field.
-USER_SERVER_FACTS = {
-    "tp": "tensor_parallel_size",
-    "pp": "pipeline_parallel_size",
-    "dp": "data_parallel_size",
-    "max_num_seqs": "max_num_seqs",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-}
-
-
-@dataclass
-class RecordConfig:
-    """Everything ``sweeper record`` takes; each field is the CLI option of the same name."""
-
-    base_url: str | None = None
-    model: str | None = None
-    endpoint: Literal["completions", "chat"] = "completions"
-    input_len: int = DEFAULT_INPUT_LEN
-    output_len: int = DEFAULT_OUTPUT_LEN
-    concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
-    requests_per_level: RequestCount = field(default_factory=RequestCount)
-    warmup: int | None = None  # warm-up requests per level; None: one per stream (= C)
-    metrics_urls: list[str] | None = None  # None: <base-url>/metrics; []: no scraping
-    scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
-    server_log: Path | None = None
-    gpu: str | None = None
-    gpu_count: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    model_config: Path | None = None
-    tokenizer: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    api_key: str | None = None
-    out: Path = DEFAULT_TRACES_DIR
-    run_id: str | None = None
-    resume: bool = False
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
-    seed: int = 0
-    ignore_eos: bool = True
-    shared_prefix: bool = False
-    workers: int = 1
-    command: list[str] | None = None
-
-    def check(self) -> None:
-        if self.base_url is None and not self.resume:
-            raise ConfigError("--base-url is required (e.g. --base-url http://127.0.0.1:8000)")
-        if self.output_len < 1:
-            raise ConfigError(f"--output-len {self.output_len} must be at least 1 token")
-        if self.input_len < 1:
-            raise ConfigError(f"--input-len {self.input_len} must be at least 1 token")
-        if not 0.0 <= self.max_error_rate <= 1.0:
-            raise ConfigError(
-                f"--max-error-rate {self.max_error_rate} must be between 0 and 1 (e.g. 0.2)"
-            )
-        if self.timeout_s <= 0:
-            raise ConfigError(f"--timeout {self.timeout_s} must be a positive number of seconds")
-        if self.scrape_interval_s <= 0:
-            raise ConfigError(
-                f"--scrape-interval {self.scrape_interval_s} must be positive seconds"
-            )
-        if self.workers < 1:
-            raise ConfigError(f"--workers {self.workers} must be at least 1")
-        if self.warmup is not None and self.warmup < 0:
-            raise ConfigError(f"--warmup {self.warmup} must be 0 or more")
-        if self.server_log is not None and not Path(self.server_log).is_file():
-            raise ConfigError(f"--server-log {self.server_log}: no such file")
-        if self.run_id is not None:
-            try:
-                check_run_id(self.run_id)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-
-    def warmup_for(self, concurrency: int) -> int:
-        return concurrency if self.warmup is None else self.warmup
-
-
-def redact_argv(argv: list[str], secret: str | None = None) -> list[str]:
-    """The command line safe to store: the value of --api-key, any occurrence of ``secret``
-    and credentials in URLs replaced."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            arg, hide_next = REDACTED, False
-        elif arg == "--api-key":
-            hide_next = True
-        elif arg.startswith("--api-key="):
-            arg = f"--api-key={REDACTED}"
-        if secret:
-            arg = arg.replace(secret, REDACTED)
-        out.append(strip_credentials(arg) if "://" in arg else arg)
-    return out
-
-
-def default_run_id(model: str, now: datetime) -> str:
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", model.rsplit("/", 1)[-1]).strip("._-") or "run"
-    return f"{name[:80]}-{now.strftime('%Y%m%d-%H%M%S')}"
-
-
-def trim_partial_line(path: Path) -> bool:
-    """Cut a last line without its newline (a killed writer's): its request is sent again."""
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    with path.open("rb+") as fh:
-        data = fh.read()
-        if data.endswith(b"\n"):
-            return False
-        fh.truncate(data.rfind(b"\n") + 1)
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -271,7 +132,7 @@ async def arecord_sweep(
     previous: RunManifest | None = None
     folder: Path | None = None
     if config.resume:
-        folder, previous = _find_resumable(config)
+        folder, previous = find_resumable(config)
         config.run_id = previous.run_id
         base_url = config.base_url or previous.target.base_url
         if base_url is None:
@@ -310,7 +171,7 @@ async def arecord_sweep(
                     f"{folder} already exists; pass another --run-id, or --resume to finish it"
                 )
             origin_ns = clock()
-            manifest = _new_manifest(config, info, model, run_id, started, origin_ns)
+            manifest = new_manifest(config, info, model, run_id, started, origin_ns)
         else:
             assert folder is not None
             manifest = previous
@@ -335,122 +196,6 @@ async def arecord_sweep(
             return await _record(run, client, info, model, api, headers)
         finally:
             writer.close()
-
-
-def _find_resumable(config: RecordConfig) -> tuple[Path, RunManifest]:
-    out = Path(config.out)
-    if config.run_id is not None:
-        folder = out / config.run_id
-        if not (folder / "manifest.json").exists():
-            raise ConfigError(f"--resume: no trace set {config.run_id!r} under {out}/")
-    else:
-        candidates = [p for p in discover_trace_sets(out) if read_manifest(p).status != "complete"]
-        if not candidates:
-            raise ConfigError(f"--resume: no incomplete run under {out}/; pass --run-id")
-        folder = max(candidates, key=lambda p: read_manifest(p).started_at)
-    manifest = read_manifest(folder)
-    if manifest.status == "complete":
-        raise ConfigError(f"--resume: run {manifest.run_id!r} is already complete; nothing to do")
-    if manifest.source.tool != "sweeper record":
-        raise ConfigError(f"--resume: run {manifest.run_id!r} was imported, not recorded")
-    return folder, manifest
-
-
-def _new_manifest(
-    config: RecordConfig,
-    info: ServerInfo,
-    model: str,
-    run_id: str,
-    started: datetime,
-    origin_ns: int,
-) -> RunManifest:
-    levels = config.concurrency
-    manifest = RunManifest(
-        run_id=run_id,
-        started_at=started,
-        sweeper_version=__version__,
-        source=Source(
-            tool="sweeper record",
-            version=__version__,
-            command=redact_argv(config.command, config.api_key) if config.command else None,
-        ),
-        target=Target(
-            base_url=info.root,
-            endpoint=config.endpoint,
-            model=model,
-            served_model_name=model if model in info.model_ids else None,
-        ),
-        workload=Workload(
-            input_len=config.input_len,
-            output_len=config.output_len,
-            concurrency_levels=list(levels),
-            requests_per_level={str(c): config.requests_per_level.for_level(c) for c in levels},
-            warmup_per_level=config.warmup if config.warmup is not None else 0,
-            ignore_eos=config.ignore_eos,
-            seed=config.seed,
-            warmup_requests={str(c): config.warmup_for(c) for c in levels},
-            unique_prefix=not config.shared_prefix,
-            request_params=_sent_params(config),
-        ),
-        client=Client(
-            host=socket.gethostname(),
-            python=platform.python_version(),
-            platform=platform.platform(),
-            libraries=_library_versions(),
-        ),
-        clock=ClockInfo(origin_monotonic_ns=origin_ns, origin_unix_ns=_unix_ns(started)),
-        levels=[LevelStatus(concurrency=c) for c in levels],
-        labels=dict(config.labels),
-    )
-    server = manifest.server
-    server.engine = info.engine
-    server.version = version_fact(info)
-    for key, fact in server_facts(info).items():
-        setattr(server.config, key, fact)
-    _apply_user_facts(manifest, config)
-    return manifest
-
-
-def _unix_ns(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000_000)
-
-
-def _library_versions() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def _apply_user_facts(manifest: RunManifest, config: RecordConfig) -> None:
-    from sweeper.hardware import gpu_facts, model_facts
-
-    server_config = manifest.server.config
-    for option, name in USER_SERVER_FACTS.items():
-        value = getattr(config, option)
-        if value is not None:
-            setattr(
-                server_config,
-                name,
-                Fact(value=value, source="user", detail=f"--{option.replace('_', '-')}"),
-            )
-    if config.gpu is not None:
-        manifest.hardware = gpu_facts(config.gpu, config.gpu_count)
-    elif config.gpu_count is not None:
-        manifest.hardware.gpu_count = Fact(
-            value=config.gpu_count, source="user", detail="--gpu-count"
-        )
-    if config.model_config is not None or manifest.target.model:
-        facts = model_facts(manifest.target.model, config.model_config)
-        if facts.name is None:
-            facts.name = manifest.target.model
-        manifest.model = facts
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 async def _record(
@@ -700,14 +445,6 @@ def _warmup_count(workload: Workload, concurrency: int) -> int:
     return workload.warmup_requests.get(str(concurrency), workload.warmup_per_level)
 
 
-def _sent_params(config: RecordConfig) -> dict[str, Any]:
-    """The parameters each request carries besides model and prompt (as first sent)."""
-    body = completion_body(
-        "", "", endpoint=config.endpoint, output_len=config.output_len, ignore_eos=config.ignore_eos
-    )
-    return {k: v for k, v in body.items() if k not in ("model", "prompt", "messages")}
-
-
 async def _build_specs(
     run: _Run, builder: PromptBuilder, model: str, concurrency: int, indices: list[int], warmup: int
 ) -> list[RequestSpec]:
@@ -751,10 +488,4 @@ def _check_lengths(run: _Run, stats: LevelStats) -> None:
             )
 
 
-__all__ = [
-    "RecordConfig",
-    "arecord_sweep",
-    "percentile",
-    "record_sweep",
-    "redact_argv",
-]
+__all__ = ["RecordConfig", "arecord_sweep", "record_sweep"]
