@@ -3,12 +3,12 @@
 # concurrency sweep with `sweeper record` into traces/, stop vLLM, then serve the report site.
 #
 # Run it through `make demo` (which first creates .venv, .venv-vllm and the model if missing).
-# Environment knobs: DEMO_PORT (vLLM port, default 8765), SITE_ADDR (default 127.0.0.1:8000),
+# Environment knobs: DEMO_PORT (vLLM port, default: a free one), SITE_ADDR (default 127.0.0.1:8000),
 # DEMO_LEVELS (default 1,2,4,8), DEMO_SERVE=0 to stop after recording.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PORT="${DEMO_PORT:-8765}"
+PORT="${DEMO_PORT:-0}"  # 0: any free port
 LEVELS="${DEMO_LEVELS:-1,2,4,8}"
 SITE_ADDR="${SITE_ADDR:-127.0.0.1:8000}"
 RUN_ID="demo-$(date -u +%Y%m%d-%H%M%S)"

@@ -188,6 +188,12 @@ def test_small_kv_pool_preempts_and_queues(recorded_preemption: Recorded) -> Non
     # One block is held back by the scheduler and a scrape every 0.25 s can miss the peak: the
     # pool is seen well filled, not necessarily full.
     assert max(scraped(samples, "vllm:kv_cache_usage_perc")) >= 0.5
+    # The server's own periodic log lines, as parsed into the trace set's facts, agree.
+    assert trace.server_log is not None
+    log = parse_server_log(trace.server_log)
+    assert log.stats, "vLLM logs Running / Waiting / KV usage every 10 s while busy"
+    assert max(stat.running for stat in log.stats) <= 4
+    assert all(0.0 <= stat.kv_usage <= 1.0 for stat in log.stats)
     # The per-request histogram agrees: some requests were preempted at least once.
     after = recorded_preemption.metrics_after
     assert prom_total(after, "vllm:request_num_preemptions_sum") > 0

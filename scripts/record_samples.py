@@ -1,0 +1,127 @@
+"""Record the sample trace sets in ``traces/`` from the local vLLM (CPU build).
+
+Three configurations, each a real vLLM started with its own flags and a sweep recorded with
+``sweeper record --server-log``:
+
+- ``tiny-vllm-cpu-default``: the tiny model, default flags.
+- ``tiny-vllm-cpu-chunked-prefill``: the larger random model, ~1,000-token prompts and a
+  256-token chunked-prefill budget: decoding streams stall behind other requests' prefill chunks
+  (the ITL tail opens with no preemption).
+- ``tiny-vllm-cpu-preemption``: a 16-block KV pool (2,048 tokens) with ``--max-num-seqs 4``
+  and long generations: preemptions and a waiting queue.
+
+Run with the project's Python after ``make vllm models``::
+
+    .venv/bin/python scripts/record_samples.py            # all three
+    .venv/bin/python scripts/record_samples.py preemption  # one
+
+Scrapes are 2 s apart to keep each trace set small enough to commit (a vLLM scrape is ~40 KB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_server import ROOT, VllmServer
+
+SWEEPER = ROOT / ".venv" / "bin" / "sweeper"
+TRACES = ROOT / "traces"
+SCRAPE_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    run_id: str
+    model: str
+    server_args: tuple[str, ...]
+    input_len: int
+    output_len: int
+    levels: str
+    requests_per_level: int
+    note: str
+
+
+SAMPLES = {
+    "default": Sample(
+        "tiny-vllm-cpu-default", "tiny", (), 256, 128, "1,2,4,8,16", 16, "default flags"
+    ),
+    "chunked-prefill": Sample(
+        "tiny-vllm-cpu-chunked-prefill",
+        "chunked",
+        ("--max-num-batched-tokens", "256"),
+        1000,
+        64,
+        "1,2,4,8",
+        8,
+        "chunked-prefill budget 256 tokens, 1,000-token prompts",
+    ),
+    "preemption": Sample(
+        "tiny-vllm-cpu-preemption",
+        "tiny",
+        ("--max-num-seqs", "4", "--num-gpu-blocks-override", "16", "--max-model-len", "1024"),
+        128,
+        512,
+        "1,2,4,8",
+        8,
+        "16-block KV pool, max-num-seqs 4",
+    ),
+}
+
+
+def record(name: str, sample: Sample, out: Path) -> Path:
+    target = out / sample.run_id
+    if target.exists():
+        shutil.rmtree(target)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "vllm.log"
+        server = VllmServer(
+            ROOT / ".models" / sample.model, extra_args=sample.server_args, log_path=log
+        )
+        with server:
+            print(
+                f"{name}: vLLM ready at {server.base_url} in {server.startup_s:.0f} s", flush=True
+            )
+            command = [
+                str(SWEEPER), "record",
+                "--base-url", server.base_url,
+                "--input-len", str(sample.input_len),
+                "--output-len", str(sample.output_len),
+                "--concurrency", sample.levels,
+                "--requests-per-level", str(sample.requests_per_level),
+                "--warmup", "1",
+                "--scrape-interval", str(SCRAPE_INTERVAL_S),
+                "--server-log", str(log),
+                "--label", f"config={name}",
+                "--label", f"note={sample.note}",
+                "--label", "hardware=2-core CPU VM (vLLM CPU build)",
+                "--out", str(out),
+                "--run-id", sample.run_id,
+                "--quiet",
+            ]  # fmt: skip
+            subprocess.run(command, check=True)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Record the sample trace sets from local vLLM.")
+    parser.add_argument("names", nargs="*", help=f"some of {', '.join(SAMPLES)} (default: all)")
+    parser.add_argument("--out", type=Path, default=TRACES)
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in SAMPLES]
+    if unknown:
+        parser.error(f"unknown sample {', '.join(unknown)}: choose from {', '.join(SAMPLES)}")
+    for name in args.names or list(SAMPLES):
+        path = record(name, SAMPLES[name], args.out)
+        size = sum(f.stat().st_size for f in path.iterdir())
+        print(f"{name}: {path} ({size / 1e6:.2f} MB)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
