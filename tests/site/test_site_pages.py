@@ -139,7 +139,10 @@ def test_write_pages_touches_only_changed_files_and_removes_stale_ones(
 ) -> None:
     docs = tmp_path / "docs"
     assert site.write_pages(pages, docs) == len(pages)
+    before = {p: p.stat().st_mtime_ns for p in docs.rglob("*") if p.is_file()}
     assert site.write_pages(pages, docs) == 0
+    # Nothing at all is rewritten (the sentinel included): `mkdocs serve` would rebuild forever.
+    assert {p: p.stat().st_mtime_ns for p in docs.rglob("*") if p.is_file()} == before
     stale = docs / "runs" / "gone" / "index.md"
     stale.parent.mkdir()
     stale.write_text("old")
