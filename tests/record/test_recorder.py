@@ -4,6 +4,7 @@ trace set holds, timing against the server's own write times, faults, error-rate
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 from pathlib import Path
 
@@ -24,6 +25,11 @@ from sweeper.testing.server import (
 NS_PER_MS = 1_000_000
 TIMING_ATTEMPTS = 3
 SECRET = "sk-test-5ecret-do-not-write"
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
+    "vocab_size": 1000, "torch_dtype": "float32",
+}  # fmt: skip
 VLLM_LOG = """\
 INFO 11-30 04:00:00 [api_server.py:1] vLLM API server version 0.32.0
 INFO 11-30 04:00:05 [kv_cache_utils.py:1] CPU KV cache size: 262,144 tokens
@@ -45,6 +51,8 @@ def _config(base_url: str, out: Path, **changes: object) -> RecordConfig:
 def test_sweep_writes_a_complete_trace_set(server: ServerThread, tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text(VLLM_LOG)
+    model_config = tmp_path / "config.json"
+    model_config.write_text(json.dumps(TINY_CONFIG))
     folder = record_sweep(
         _config(
             server.base_url,
@@ -55,6 +63,7 @@ def test_sweep_writes_a_complete_trace_set(server: ServerThread, tmp_path: Path)
             gpu_count=2,
             tp=2,
             labels={"flags": "default"},
+            model_config=model_config,
             command=["sweeper", "record", "--api-key", SECRET, f"--api-key={SECRET}"],
         )
     )
@@ -99,6 +108,12 @@ def test_sweep_writes_a_complete_trace_set(server: ServerThread, tmp_path: Path)
     assert ts.server_log == VLLM_LOG
     assert m.hardware.memory_bandwidth_gb_s is not None and m.hardware.gpu_count is not None
     assert m.labels == {"flags": "default"}
+    assert m.model.name == "tiny"
+    assert m.model.num_layers is not None and m.model.num_layers.source == "model_config"
+    assert (
+        m.model.kv_bytes_per_token is not None
+        and m.model.kv_bytes_per_token.value == 2 * 4 * 2 * 64 * 4
+    )
     assert m.clock is not None and m.clock.origin_monotonic_ns > 0
     assert [lag.concurrency for lag in m.client.loop_lag] == [1, 3]
     # Metrics: scraped before, during and after, on the same clock as the requests.
