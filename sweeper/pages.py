@@ -338,8 +338,9 @@ def _kv_section(page: _Page) -> None:
     if capacity is None or per_request is None or run.levels.empty:
         return
     observed = None
-    if run.server_levels is not None and "kv_usage_max" in run.server_levels.columns:
-        observed = run.server_levels
+    server = run.server_levels
+    if server is not None and "kv_usage_max" in server and server["kv_usage_max"].notna().any():
+        observed = server
     caption = tr(
         lang,
         "Bars: the KV cache each level needs, C × {tokens} tokens per request, as a share of the pool "
