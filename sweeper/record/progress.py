@@ -48,6 +48,7 @@ class LevelStats:
     completion_tokens: list[int] = field(default_factory=list)
     started_s: float = field(default_factory=time.monotonic)
     last_error: str | None = None
+    chunk_sum_mismatches: int = 0  # ok requests whose chunk token counts do not add up to usage
 
     def add(self, trace: RequestTrace) -> None:
         self.done += 1
@@ -73,6 +74,8 @@ class LevelStats:
             self.prompt_tokens.append(trace.prompt_tokens)
         if trace.completion_tokens is not None:
             self.completion_tokens.append(trace.completion_tokens)
+            if trace.chunk_tokens and sum(trace.chunk_tokens) != trace.completion_tokens:
+                self.chunk_sum_mismatches += 1
 
     @property
     def error_rate(self) -> float:

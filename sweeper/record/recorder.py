@@ -472,6 +472,12 @@ async def _build_specs(
 def _check_lengths(run: _Run, stats: LevelStats) -> None:
     workload = run.manifest.workload
     c = stats.concurrency
+    if stats.chunk_sum_mismatches:
+        run.warn(
+            f"concurrency {c}: in {stats.chunk_sum_mismatches} requests the per-chunk token counts "
+            "do not add up to the server's usage (it gives no per-chunk counts, so each chunk "
+            "was counted as one token); ITL per chunk is exact, per-token views are estimates"
+        )
     if workload.input_len is not None and stats.prompt_tokens:
         off = [n for n in stats.prompt_tokens if n != workload.input_len]
         if off:

@@ -91,3 +91,28 @@ def test_live_progress_table_renders(tmp_path: Path) -> None:
     text = out.getvalue()
     for word in ("level", "done / total", "TTFT p50", "ITL p50", "errors", "4 / 4"):
         assert word in text, word
+
+
+def _two_tokens_per_chunk(request: httpx.Request) -> httpx.Response:
+    """Completions that stream 2 tokens per chunk and tell only the total at the end."""
+    if request.url.path == "/v1/models":
+        return httpx.Response(200, json={"data": [{"id": "m"}]})
+    if request.url.path != "/v1/completions":
+        return httpx.Response(404)
+    chunks = [
+        {"choices": [{"text": "ab", "index": 0}]},
+        {"choices": [{"text": "cd", "index": 0, "finish_reason": "length"}]},
+        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 4}},
+    ]
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return httpx.Response(200, content=body.encode())
+
+
+def test_chunks_without_token_counts_are_flagged_when_usage_disagrees(tmp_path: Path) -> None:
+    config = RecordConfig(
+        base_url="http://other:8000", input_len=4, output_len=4, concurrency=[1],
+        requests_per_level=RequestCount(fixed=2), warmup=0, out=tmp_path, run_id="m",
+    )  # fmt: skip
+    ts = load_trace_set(record_sweep(config, transport=httpx.MockTransport(_two_tokens_per_chunk)))
+    assert all(r.chunk_tokens == [1, 1] and r.completion_tokens == 4 for r in ts.requests)
+    assert any("do not add up to the server's usage" in w for w in ts.manifest.warnings)
