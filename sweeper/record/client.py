@@ -12,9 +12,10 @@ chunks that arrived before the failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ Clock = Callable[[], int]
 
 MAX_ERROR_MESSAGE_CHARS = 500
 REQUEST_ID_HEADER = "X-Request-Id"
+DRAIN_AFTER_DONE_S = 0.05
 # Request fields that not every server accepts; dropped (with one warning) when a 4xx names them.
 OPTIONAL_FIELDS = ("ignore_eos", "min_tokens", "continuous_usage_stats", "stream_options")
 # A server that closed an idle keep-alive connection makes the next request on it fail before
@@ -207,15 +209,27 @@ async def _exchange(
             state.end_ns = clock() - send_ns
             return response.status_code, raw.decode("utf-8", errors="replace")
         parser = SSEParser()
-        async for raw in response.aiter_bytes():
+        stream = response.aiter_bytes()
+        async for raw in stream:
             now = clock() - send_ns
             state.bytes_seen = True
             state.end_ns = now
             if _handle(parser.feed(raw), state, reader, now):
-                # Stop at [DONE]: some servers keep the connection open after it.
+                await _drain(stream)
                 return None, ""
         _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
     return None, ""
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """After ``[DONE]`` the request is over (its end time is taken), but the body's last bytes
+    (the chunked-encoding terminator) usually follow at once: read them, so the connection goes
+    back to the pool instead of a new one being opened for the next request. A server that
+    keeps the stream open after ``[DONE]`` gets a short grace, then the connection is closed."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+            async for _ in stream:
+                pass
 
 
 def _handle(events: list[Any], state: _Stream, reader: ChunkReader, now: int) -> bool:

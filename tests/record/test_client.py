@@ -173,3 +173,17 @@ async def test_rejected_optional_fields_are_dropped_once_with_one_warning() -> N
         ("first", "ok"),
         ("second", "ok"),
     ]
+
+
+async def test_connection_is_reused_after_done(server: ServerThread) -> None:
+    """Reading past [DONE] to the end of the body hands the connection back to the pool: a
+    sweep does not pay a new TCP connection (or TLS handshake) per request."""
+    async with httpx.AsyncClient() as client:
+        for i in range(3):
+            trace = await stream_request(
+                client, f"{server.base_url}/v1/completions", _spec(rid=f"reuse-{i}"),
+                endpoint="completions", origin_ns=0, timeout_s=5,
+            )  # fmt: skip
+            assert trace.status == "ok"
+        pool = client._transport._pool  # type: ignore[attr-defined]  # httpx's own pool
+        assert len(pool.connections) == 1
