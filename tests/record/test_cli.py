@@ -183,7 +183,17 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
         with requests.open("a") as fh:
             fh.write('{"concurrency": 1, "request_id": "c1-0')
         assert any("truncated" in p for p in load_trace_set(tmp_path / "r").problems)
-        resumed = _start(srv.base_url, tmp_path, "--resume")
+        # Everything else (base URL, lengths, levels, run id) comes from the manifest.
+        command = [
+            str(Path(sys.executable).with_name("sweeper")),
+            "record",
+            "--resume",
+            "--out",
+            str(tmp_path),
+        ]
+        resumed = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         out, err = resumed.communicate(timeout=WAIT_S)
         assert resumed.returncode == 0, err
         assert "recorded" in out
