@@ -12,18 +12,25 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from site_helpers import VERSION, copy_project_site, mkdocs_build, write_site_traces
+from site_helpers import ROOT, VERSION, copy_project_site, mkdocs_build, write_site_traces
+
+from sweeper.store import discover_trace_sets
 
 
 @pytest.fixture(scope="session")
 def site_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_site_traces(tmp_path_factory.mktemp("traces"))
+    """The synthetic trace sets, plus every sample trace set committed in traces/."""
+    root = write_site_traces(tmp_path_factory.mktemp("traces"))
+    for folder in discover_trace_sets(ROOT / "traces"):
+        shutil.copytree(folder, root / folder.name)
+    return root
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

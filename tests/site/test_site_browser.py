@@ -10,7 +10,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from site_helpers import RUN_A, RUN_B, RUN_XSS, XSS
+from site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
+
+from sweeper.store import discover_trace_sets
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -118,6 +120,17 @@ def test_every_chart_draws_on_a_run_page(browser: Browser, prefix: str) -> None:
         browser.page.screenshot(
             path=str(SCREENSHOTS / f"run-{prefix.strip('/') or 'en'}.png"), full_page=True
         )
+    _clean(browser)
+
+
+def test_every_run_of_the_site_draws(browser: Browser, site_traces: Path) -> None:
+    """Every readable trace set (the synthetic ones and the samples in traces/) as a page."""
+    runs = [p.name for p in discover_trace_sets(site_traces) if p.name != BROKEN]
+    assert len(runs) >= 3
+    for run in runs:
+        browser.open(f"runs/{run}/")
+        charts, drawn = browser.chart_count()
+        assert charts >= 6 and drawn == charts, run
     _clean(browser)
 
 
