@@ -47,7 +47,7 @@ class Sweep:
 
 
 SWEEPS = {
-    "default": Sweep("default", "tiny", (), 128, 64, (1, 4), 8),
+    "default": Sweep("default", "tiny", (), 128, 64, (1, 4), 8, scrape_interval_s=0.5),
     "preemption": Sweep(
         "preemption",
         "tiny",
