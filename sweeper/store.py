@@ -51,6 +51,8 @@ def write_manifest(folder: Path, manifest: RunManifest) -> None:
     data = manifest.model_dump_json(indent=2, exclude_none=False)
     fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=folder)
     try:
+        # mkstemp makes the file private (0600); a manifest is as readable as the other files.
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(data + "\n")
             fh.flush()
