@@ -285,3 +285,25 @@ def test_unknown_text_gives_an_empty_result() -> None:
     assert log.engine is None and log.version is None
     assert log.stats == [] and log.preemption_lines == 0
     assert all(value is None for name, value in log.config if name != "extra")
+
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+
+
+def test_sample_runs_server_logs_carry_their_flags() -> None:
+    """The sample trace sets' logs (real vLLM CPU runs) give back the flags each was started with."""
+    preemption = parse_server_log((TRACES / "tiny-vllm-cpu-preemption" / "server.log").read_text())
+    config = preemption.config
+    assert config.max_num_seqs is not None and config.max_num_seqs.value == 4
+    assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 16
+    assert config.max_model_len is not None and config.max_model_len.value == 1024
+    assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 16 * 128
+    # Its periodic lines saw the pool fill: running capped at 4, KV usage high.
+    assert max(stat.running for stat in preemption.stats) == 4
+    assert max(stat.kv_usage for stat in preemption.stats) > 0.5
+    chunked = parse_server_log(
+        (TRACES / "tiny-vllm-cpu-chunked-prefill" / "server.log").read_text()
+    ).config
+    assert chunked.max_num_batched_tokens is not None
+    assert chunked.max_num_batched_tokens.value == 256
+    assert chunked.enable_chunked_prefill is not None and chunked.enable_chunked_prefill.value
