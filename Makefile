@@ -13,6 +13,8 @@ VLLM_UNWANTED := torchvision torchaudio torchcodec
 APT_PACKAGES  := chromium fonts-noto-cjk
 SUDO          := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS   ?=
+# Python sources only: ruff would also format code blocks inside docs/*.md and notebooks.
+LINT_PATHS    := sweeper tests scripts benchmarks
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -71,8 +73,8 @@ browser: $(STAMPS)/browser
 deps: install vllm models browser
 
 lint: install
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy sweeper
 
 test: deps lint
