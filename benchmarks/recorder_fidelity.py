@@ -26,7 +26,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,8 +72,11 @@ QUICK_LEVELS = "1,16,64"
 ITL_ERROR_LIMIT_MS = 1.0  # "sustains": |p99 ITL error| under this
 SWEEPER_GOAL_MS = 0.5
 RATIO_GOAL = 2.0
+# A level "lagged" when sweeper's p99 delivery delay (receive - server write) passes this: the
+# same bound as the recorder's own warning (p99 event-loop lag over 2 ms).
+SELF_CHECK_DELAY_MS = 2.0
 LEVEL_TIMEOUT_S = 300.0
-MIN_REQUESTS = 16
+MIN_REQUESTS = 32
 NS_PER_S = 1_000_000_000
 
 
@@ -101,6 +104,8 @@ def _sweeper_details(level: ToolLevel, server_truths: list[dict[str, Any]]) -> N
         "ttft_p99_ms": float(row["ttft_ms_p99"]),
         "itl_p50_ms": float(row["itl_ms_p50"]),
         "itl_p99_ms": float(row["itl_ms_p99"]),
+        "tpot_p50_ms": float(row["tpot_ms_p50"]),
+        "tpot_p99_ms": float(row["tpot_ms_p99"]),
     }
     manifest = trace.manifest
     origin = manifest.clock.origin_monotonic_ns if manifest.clock else 0
@@ -129,7 +134,6 @@ def _compare(level: ToolLevel, server_truths: list[dict[str, Any]]) -> dict[str,
         "concurrency": level.concurrency,
         "requests": level.requests,
         "error": level.error,
-        "itl_kind": level.itl_kind,
         "wall_s": round(level.wall_s, 3),
         **{f"tool_{k}": v for k, v in level.reported.items()},
         **level.extra,
@@ -137,11 +141,6 @@ def _compare(level: ToolLevel, server_truths: list[dict[str, Any]]) -> dict[str,
     if level.error:
         return row
     truth = truth_stats(server_truths)
-    itl50, itl99 = (
-        (truth.itl_p50_ms, truth.itl_p99_ms)
-        if level.itl_kind == "gap"
-        else (truth.tpot_p50_ms, truth.tpot_p99_ms)
-    )
     # CPU over the streaming itself (first request in to last token out), not start-up.
     window = (truth.start_ns, truth.end_ns)
     cpu_s = level.process.cpu_between(*window) if level.process else float("nan")
@@ -151,15 +150,14 @@ def _compare(level: ToolLevel, server_truths: list[dict[str, Any]]) -> dict[str,
         truth_requests=truth.requests,
         truth_chunks=truth.chunks,
         token_rate=truth.token_rate,
-        truth_ttft_p50_ms=truth.ttft_p50_ms,
-        truth_ttft_p99_ms=truth.ttft_p99_ms,
-        truth_itl_p50_ms=itl50,
-        truth_itl_p99_ms=itl99,
-        err_ttft_p50_ms=level.reported["ttft_p50_ms"] - truth.ttft_p50_ms,
-        err_ttft_p99_ms=level.reported["ttft_p99_ms"] - truth.ttft_p99_ms,
-        err_itl_p50_ms=level.reported["itl_p50_ms"] - itl50,
-        err_itl_p99_ms=level.reported["itl_p99_ms"] - itl99,
     )
+    for metric in ("ttft", "itl", "tpot"):
+        for stat in ("p50", "p99"):
+            key = f"{metric}_{stat}_ms"
+            truth_value = getattr(truth, key)
+            row[f"truth_{key}"] = truth_value
+            if key in level.reported:
+                row[f"err_{key}"] = level.reported[key] - truth_value
     return row
 
 
@@ -217,11 +215,35 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def best_of(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (tool, level), the run with the smallest |p99 ITL error| (TPOT for tools without ITL;
+    a failed run only when every run failed)."""
+
+    def badness(row: dict[str, Any]) -> float:
+        if row.get("error"):
+            return math.inf
+        value = row.get("err_itl_p99_ms", row.get("err_tpot_p99_ms"))
+        return abs(value) if value is not None else math.inf
+
+    chosen: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["tool"], row["concurrency"])
+        if key not in chosen or badness(row) < badness(chosen[key]):
+            chosen[key] = row
+    return list(chosen.values())
+
+
+def _err(row: dict[str, Any], key: str) -> str:
+    return _fmt(row.get(f"err_{key}"))
+
+
 def _table(rows: list[dict[str, Any]], itl_ms: float) -> Table:
-    table = Table(title=f"Fidelity at {itl_ms:g} ms per token per stream (errors = tool - truth)")
+    table = Table(
+        title=f"Fidelity at {itl_ms:g} ms per token per stream (errors = tool - truth, ms)"
+    )
     for name in (
-        "tool", "C", "tok/s", "TTFT p50 err", "TTFT p99 err", "ITL p50 err", "ITL p99 err",
-        "< 1 ms", "CPU cores", "delivery p50/p99/max", "lag p99", "flagged",
+        "tool", "C", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p99",
+        "CPU cores", "delivery p50/p99/max", "lag p99", "flagged",
     ):  # fmt: skip
         table.add_column(name, justify="left" if name == "tool" else "right")
     for row in rows:
@@ -231,14 +253,14 @@ def _table(rows: list[dict[str, Any]], itl_ms: float) -> Table:
         delivery = row.get("delivery")
         lag = row.get("loop_lag")
         table.add_row(
-            row["tool"] + (" (tpot)" if row["itl_kind"] == "tpot" else ""),
+            row["tool"],
             str(row["concurrency"]),
             f"{row['token_rate']:.0f}",
-            _fmt(row["err_ttft_p50_ms"]),
-            _fmt(row["err_ttft_p99_ms"]),
-            _fmt(row["err_itl_p50_ms"]),
-            _fmt(row["err_itl_p99_ms"]),
-            _fmt(abs(row["err_itl_p99_ms"]) < ITL_ERROR_LIMIT_MS),
+            _err(row, "ttft_p50_ms"),
+            _err(row, "ttft_p99_ms"),
+            _err(row, "itl_p50_ms"),
+            _err(row, "itl_p99_ms"),
+            _err(row, "tpot_p99_ms"),
             _fmt(row["cpu_cores"]),
             (
                 f"{delivery['p50_ms']:.2f}/{delivery['p99_ms']:.2f}/{delivery['max_ms']:.1f}"
@@ -251,48 +273,87 @@ def _table(rows: list[dict[str, Any]], itl_ms: float) -> Table:
     return table
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per tool: the highest token rate with |p99 ITL error| < 1 ms; ratios; the issue's goals."""
-    good: dict[str, float] = {}
-    for row in rows:
-        if row.get("error") or "err_itl_p99_ms" not in row:
+def _passes(row: dict[str, Any], metric: str, limit_ms: float = ITL_ERROR_LIMIT_MS) -> bool | None:
+    """|p99 error| under the limit; None when the tool does not report the metric."""
+    value = row.get(f"err_{metric}_p99_ms")
+    return None if value is None or row.get("error") else abs(value) < limit_ms
+
+
+def sustained_rates(rows: list[dict[str, Any]], metric: str) -> dict[str, dict[str, float]]:
+    """Per tool: ``best``, the highest token rate of any level whose |p99 error| of ``metric``
+    is under 1 ms, and ``contiguous``, the highest rate before the first level that is not (on a
+    busy machine one noisy level can break the run of passes; both are shown)."""
+    out: dict[str, dict[str, float]] = {}
+    for tool in dict.fromkeys(row["tool"] for row in rows):
+        mine = sorted(
+            (r for r in rows if r["tool"] == tool and _passes(r, metric) is not None),
+            key=lambda r: (r["itl_ms"], r["concurrency"]),
+        )
+        if not mine:
             continue
-        if abs(row["err_itl_p99_ms"]) < ITL_ERROR_LIMIT_MS:
-            good[row["tool"]] = max(good.get(row["tool"], 0.0), row["token_rate"])
-    tools = sorted({row["tool"] for row in rows})
-    sustained = {tool: good.get(tool, 0.0) for tool in tools}
-    peers = {t: v for t, v in sustained.items() if t != "sweeper"}
-    ratios = {
-        f"sweeper/{tool}": (sustained.get("sweeper", 0.0) / value if value else None)
-        for tool, value in peers.items()
+        best = max((r["token_rate"] for r in mine if _passes(r, metric)), default=0.0)
+        contiguous = 0.0
+        for r in mine:
+            if not _passes(r, metric):
+                break
+            contiguous = max(contiguous, r["token_rate"])
+        out[tool] = {"best": best, "contiguous": contiguous}
+    return out
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sustained rates per tool and metric, sweeper's ratios to each peer, the issue's goals, and
+    the recorder's self-check."""
+    sustained = {metric: sustained_rates(rows, metric) for metric in ("itl", "tpot")}
+    ratios: dict[str, dict[str, float | None]] = {}
+    for metric, rates in sustained.items():
+        mine = rates.get("sweeper", {}).get("best", 0.0)
+        ratios[metric] = {
+            f"sweeper/{tool}": (mine / value["best"] if value["best"] else None)
+            for tool, value in rates.items()
+            if tool != "sweeper"
+        }
+    # Goal 1 (ITL, chunk gaps): sweeper under 0.5 ms wherever any peer is under 1 ms.
+    peer_ok = {
+        (r["itl_ms"], r["concurrency"])
+        for r in rows
+        if not r["tool"].startswith("sweeper") and _passes(r, "itl")
     }
-    # Goal 1: sweeper under 0.5 ms wherever any peer is under 1 ms (same concurrency).
-    peer_ok_levels = {
-        (row["itl_ms"], row["concurrency"])
-        for row in rows
-        if row["tool"] != "sweeper"
-        and "err_itl_p99_ms" in row
-        and abs(row["err_itl_p99_ms"]) < ITL_ERROR_LIMIT_MS
-    }
-    sweeper_rows = {
-        (row["itl_ms"], row["concurrency"]): row
-        for row in rows
-        if row["tool"] == "sweeper" and "err_itl_p99_ms" in row
-    }
+    sweeper_rows = {(r["itl_ms"], r["concurrency"]): r for r in rows if r["tool"] == "sweeper"}
     goal1_misses = [
         key
-        for key in sorted(peer_ok_levels)
-        if key not in sweeper_rows or abs(sweeper_rows[key]["err_itl_p99_ms"]) >= SWEEPER_GOAL_MS
+        for key in sorted(peer_ok)
+        if key not in sweeper_rows or not _passes(sweeper_rows[key], "itl", SWEEPER_GOAL_MS)
     ]
-    best_peer = max(peers.values(), default=0.0)
+    peers_itl = [v["best"] for t, v in sustained["itl"].items() if not t.startswith("sweeper")]
+    best_peer = max(peers_itl, default=0.0)
+    best_sweeper = max(
+        (v["best"] for t, v in sustained["itl"].items() if t.startswith("sweeper")), default=0.0
+    )
+    # The recorder's self-check: did it flag exactly the levels whose chunks reached it late?
+    self_check = []
+    for row in rows:
+        if row["tool"].startswith("sweeper") and "delivery" in row:
+            lagged = row["delivery"]["p99_ms"] > SELF_CHECK_DELAY_MS
+            self_check.append(
+                {
+                    "tool": row["tool"],
+                    "itl_ms": row["itl_ms"],
+                    "concurrency": row["concurrency"],
+                    "delivery_p99_ms": row["delivery"]["p99_ms"],
+                    "lag_p99_ms": (row.get("loop_lag") or {}).get("p99_ms"),
+                    "lagged": lagged,
+                    "flagged": row.get("flagged"),
+                    "agrees": lagged == row.get("flagged"),
+                }
+            )
     return {
         "sustained_tok_s": sustained,
         "ratios": ratios,
         "goal_sweeper_under_0_5ms_where_peers_under_1ms": not goal1_misses,
         "goal1_misses": goal1_misses,
-        "goal_twice_best_peer": (
-            sustained.get("sweeper", 0.0) >= RATIO_GOAL * best_peer if best_peer else None
-        ),
+        "goal_twice_best_peer": best_sweeper >= RATIO_GOAL * best_peer if best_peer else None,
+        "self_check": self_check,
     }
 
 
@@ -330,6 +391,9 @@ def machine_info() -> dict[str, Any]:
 @click.option("--nice", "niceness", default=0, show_default=True, help="Priority of the server and "
               "the tools (negative needs root): keeps other jobs on a shared machine out of the "
               "figures.")  # fmt: skip
+@click.option("--repeat", default=1, show_default=True, help="Runs per tool and level; the "
+              "table keeps each level's run with the smallest |p99 error| (interference from other "
+              "work only ever adds error).")  # fmt: skip
 @click.option("--chart", "chart_dir", type=click.Path(path_type=Path), default=None,
               help="Write the ITL-error chart (SVG, en + zh) into this folder, e.g. docs/img.")  # fmt: skip
 @click.option("--keep", type=click.Path(path_type=Path), default=None,
@@ -345,6 +409,7 @@ def main(
     requests_factor: float,
     out: Path | None,
     niceness: int,
+    repeat: int,
     chart_dir: Path | None,
     keep: Path | None,
 ) -> None:
@@ -368,6 +433,7 @@ def main(
             console.print(f"[yellow]skipping {tool}[/yellow]: {reason}")
     runnable = [t for t in chosen if t not in skipped]
     all_rows: list[dict[str, Any]] = []
+    every_row: list[dict[str, Any]] = []
     started = time.monotonic()
     fidelity_tools.NICENESS = niceness
     with tempfile.TemporaryDirectory(prefix="sweeper-fidelity-") as scratch:
@@ -378,29 +444,45 @@ def main(
                 if niceness:
                     os.setpriority(os.PRIO_PROCESS, server.pid, niceness)
                 work = Workload(input_len, output_len, server.base_url)
-                for tool in runnable:
-                    folder = Path(tmp) / f"{tool}-{itl_ms:g}"
-                    folder.mkdir()
-                    console.print(f"[bold]{tool}[/bold] at {itl_ms:g} ms/token")
-                    rows = _run_tool(
-                        tool, work, level_list, requests_factor, folder, server, console
-                    )
-                    for row in rows:
-                        row["itl_ms"] = itl_ms
-                        row["nominal_tok_s"] = row["concurrency"] * 1000 / itl_ms
-                    all_rows.extend(rows)
+                for attempt in range(1, repeat + 1):
+                    for tool in runnable:
+                        folder = Path(tmp) / f"{tool}-{itl_ms:g}-{attempt}"
+                        folder.mkdir()
+                        console.print(f"[bold]{tool}[/bold] at {itl_ms:g} ms/token, run {attempt}")
+                        rows = _run_tool(
+                            tool, work, level_list, requests_factor, folder, server, console
+                        )
+                        for row in rows:
+                            row.update(itl_ms=itl_ms, attempt=attempt)
+                            row["nominal_tok_s"] = row["concurrency"] * 1000 / itl_ms
+                        every_row.extend(rows)
+            all_rows.extend(best_of(r for r in every_row if r["itl_ms"] == itl_ms))
             console.print(_table([r for r in all_rows if r["itl_ms"] == itl_ms], itl_ms))
     summary = summarize(all_rows)
-    console.print("highest token rate with |p99 ITL error| < 1 ms:")
-    for tool, rate in summary["sustained_tok_s"].items():
-        console.print(f"  {tool:12s} {rate:10.0f} tok/s")
-    for name, ratio in summary["ratios"].items():
-        console.print(f"  {name:20s} {_fmt(ratio)}x")
+    for metric, title in (("itl", "ITL (every chunk gap)"), ("tpot", "TPOT (per-request mean)")):
+        console.print(f"highest token rate with |p99 {title} error| < 1 ms (best / contiguous):")
+        for tool, rate in summary["sustained_tok_s"][metric].items():
+            console.print(f"  {tool:12s} {rate['best']:9.0f} / {rate['contiguous']:9.0f} tok/s")
+        for name, ratio in summary["ratios"][metric].items():
+            console.print(f"  {name:22s} {_fmt(ratio)}x")
     console.print(
         f"goals: sweeper < {SWEEPER_GOAL_MS} ms wherever a peer < 1 ms: "
         f"{_fmt(summary['goal_sweeper_under_0_5ms_where_peers_under_1ms'])}; "
         f"sweeper >= {RATIO_GOAL:g}x best peer: {_fmt(summary['goal_twice_best_peer'])}"
     )
+    checks = summary["self_check"]
+    if checks:
+        agree = sum(1 for c in checks if c["agrees"])
+        console.print(
+            f"self-check (flagged == delivery p99 > {SELF_CHECK_DELAY_MS:g} ms): "
+            f"{agree} of {len(checks)} levels agree; "
+            + ", ".join(
+                f"{c['tool']} C={c['concurrency']}: {'flagged' if c['flagged'] else 'not flagged'}"
+                f" ({c['delivery_p99_ms']:.1f} ms)"
+                for c in checks
+                if not c["agrees"]
+            )
+        )
     console.print(f"total time {time.monotonic() - started:.0f} s")
     result = {
         "machine": {**info, "load_average_at_end": os.getloadavg()},
@@ -413,9 +495,11 @@ def main(
             "requests_factor": requests_factor,
             "tools": chosen,
             "nice": niceness,
+            "repeat": repeat,
         },
         "skipped": skipped,
         "rows": all_rows,
+        "every_run": every_row if repeat > 1 else [],
         "summary": summary,
     }
     target = out or Path("benchmarks/results") / (

@@ -1,7 +1,8 @@
 """The load generators under test, each run as its own process against the scripted server.
 
 Every runner turns one concurrency level (or several, for tools that pay a long start-up once)
-into :class:`ToolLevel` rows: what the tool reported (p50 / p99 TTFT and ITL, in ms), the
+into :class:`ToolLevel` rows: what the tool reported (p50 / p99 TTFT, ITL = every chunk gap
+pooled, TPOT = each request's mean gap; in ms; a metric the tool does not report is absent), the
 monotonic window in which it ran (to select the server's truth), and the CPU its processes used
 (``RUSAGE_CHILDREN``: every descendant the tool waited for). A tool that is not installed, or
 fails, yields rows with ``error`` set instead of numbers; the benchmark carries on.
@@ -52,7 +53,6 @@ class ToolLevel:
     end_ns: int = 0
     process: ProcessRun | None = None
     reported: dict[str, float] = field(default_factory=dict)
-    itl_kind: str = "gap"  # "gap": every chunk gap pooled; "tpot": per-request mean gap
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -232,6 +232,8 @@ def run_vllm_bench(
                 "ttft_p99_ms": result["p99_ttft_ms"],
                 "itl_p50_ms": result["p50_itl_ms"],
                 "itl_p99_ms": result["p99_itl_ms"],
+                "tpot_p50_ms": result["p50_tpot_ms"],
+                "tpot_p99_ms": result["p99_tpot_ms"],
             }
             if result.get("failed"):
                 level.extra["failed"] = result["failed"]
@@ -286,22 +288,18 @@ def run_aiperf(
         return level
     data = json.loads(exports[0].read_text())
     data = data.get("records", data)
-    # AIPerf's "inter_token_latency" is a per-request mean; "inter_chunk_latency", where it is
-    # exported, is every chunk gap: prefer the latter, the definition the others use.
-    gap_p50 = _metric(data, ["inter_chunk_latency"], "p50")
-    if gap_p50 is not None:
-        itl_names = ["inter_chunk_latency"]
-    else:
-        itl_names, level.itl_kind = ["inter_token_latency"], "tpot"
+    # AIPerf's "inter_token_latency" is each request's mean gap (TPOT here); its
+    # "inter_chunk_latency" is every chunk gap (ITL here, the definition vllm bench uses).
     values = {
-        "ttft_p50_ms": _metric(data, ["time_to_first_token", "ttft"], "p50"),
-        "ttft_p99_ms": _metric(data, ["time_to_first_token", "ttft"], "p99"),
-        "itl_p50_ms": _metric(data, itl_names, "p50"),
-        "itl_p99_ms": _metric(data, itl_names, "p99"),
+        "ttft_p50_ms": _metric(data, ["time_to_first_token"], "p50"),
+        "ttft_p99_ms": _metric(data, ["time_to_first_token"], "p99"),
+        "itl_p50_ms": _metric(data, ["inter_chunk_latency"], "p50"),
+        "itl_p99_ms": _metric(data, ["inter_chunk_latency"], "p99"),
+        "tpot_p50_ms": _metric(data, ["inter_token_latency"], "p50"),
+        "tpot_p99_ms": _metric(data, ["inter_token_latency"], "p99"),
     }
-    missing = [k for k, v in values.items() if v is None]
-    if missing:
-        level.error = f"AIPerf export lacks {missing}; keys: {sorted(data)[:20]}"
+    if values["ttft_p50_ms"] is None or values["tpot_p50_ms"] is None:
+        level.error = f"AIPerf export lacks TTFT or ITL; keys: {sorted(data)[:20]}"
         return level
     level.reported = {k: float(v) for k, v in values.items() if v is not None}
     return level
@@ -373,13 +371,14 @@ def run_guidellm(
         return level
     report = json.loads(out.read_text())
     benchmark = report["benchmarks"][0]
+    # GuideLLM's "inter_token_latency_ms" is each request's mean gap: TPOT here. It reports no
+    # distribution of single chunk gaps, so it has no ITL (gap) figure.
     values = {
         "ttft_p50_ms": _find_stat(benchmark, "time_to_first_token_ms", "p50"),
         "ttft_p99_ms": _find_stat(benchmark, "time_to_first_token_ms", "p99"),
-        "itl_p50_ms": _find_stat(benchmark, "inter_token_latency_ms", "p50"),
-        "itl_p99_ms": _find_stat(benchmark, "inter_token_latency_ms", "p99"),
+        "tpot_p50_ms": _find_stat(benchmark, "inter_token_latency_ms", "p50"),
+        "tpot_p99_ms": _find_stat(benchmark, "inter_token_latency_ms", "p99"),
     }
-    level.itl_kind = "tpot"  # GuideLLM's ITL is each request's mean gap
     missing = [k for k, v in values.items() if v is None]
     if missing:
         level.error = f"GuideLLM report lacks {missing}"

@@ -21,8 +21,21 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
     out = tmp_path / "fidelity.json"
     result = subprocess.run(
         [
-            sys.executable, SCRIPT, "--quick", "--levels", "1,4", "--output-len", "8",
-            "--itl-ms", "5", "--ttft-ms", "10", "--out", out, "--keep", tmp_path / "work",
+            sys.executable,
+            SCRIPT,
+            "--quick",
+            "--levels",
+            "1,4",
+            "--output-len",
+            "8",
+            "--itl-ms",
+            "5",
+            "--ttft-ms",
+            "10",
+            "--out",
+            out,
+            "--keep",
+            tmp_path / "work",
         ],  # fmt: skip
         capture_output=True,
         text=True,
@@ -37,12 +50,13 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
     assert [(r["tool"], r["concurrency"]) for r in rows] == [("sweeper", 1), ("sweeper", 4)]
     for row in rows:
         assert row["error"] is None
-        assert row["truth_requests"] == row["requests"] == 16
-        assert row["truth_chunks"] == 16 * 8
+        assert row["truth_requests"] == row["requests"] == 32
+        assert row["truth_chunks"] == 32 * 8
         # sweeper matched every chunk to a server write, on the same clock (never before it)
-        assert row["delivery"]["chunks"] == 16 * 8
+        assert row["delivery"]["chunks"] == 32 * 8
         assert row["delivery"]["negative"] == 0
         assert 4 < row["truth_itl_p50_ms"] < 7  # the server's own 5 ms schedule
         assert row["tool_itl_p50_ms"] > 0 and row["tool_ttft_p50_ms"] > 0
         assert "loop_lag" in row and isinstance(row["flagged"], bool)
-    assert "sweeper" in data["summary"]["sustained_tok_s"]
+    assert set(data["summary"]["sustained_tok_s"]["itl"]["sweeper"]) == {"best", "contiguous"}
+    assert all(isinstance(c["agrees"], bool) for c in data["summary"]["self_check"])
