@@ -55,11 +55,11 @@ vllm: $(STAMPS)/vllm
 $(MODELS)/tiny/sweeper_model.json: scripts/make_tiny_model.py | $(STAMPS)/vllm
 	$(VLLM_VENV)/bin/python scripts/make_tiny_model.py --size tiny --out $(MODELS)/tiny
 
-$(MODELS)/chunked/sweeper_model.json: scripts/make_tiny_model.py | $(STAMPS)/vllm
-	$(VLLM_VENV)/bin/python scripts/make_tiny_model.py --size chunked --out $(MODELS)/chunked
+$(MODELS)/small/sweeper_model.json: scripts/make_tiny_model.py | $(STAMPS)/vllm
+	$(VLLM_VENV)/bin/python scripts/make_tiny_model.py --size small --out $(MODELS)/small
 
 model: $(MODELS)/tiny/sweeper_model.json
-models: $(MODELS)/tiny/sweeper_model.json $(MODELS)/chunked/sweeper_model.json
+models: $(MODELS)/tiny/sweeper_model.json $(MODELS)/small/sweeper_model.json
 
 # Debian's Chromium and CJK fonts for the browser tests (no browser download).
 $(STAMPS)/browser: | $(STAMPS)

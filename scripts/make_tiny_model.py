@@ -8,14 +8,14 @@ weights saved as float32 safetensors. Same seed, same files.
 Two sizes:
 
 - ``tiny`` (default): hidden 256, 4 layers, ~3.8 M parameters, ~15 MB. Fast: the tests' server.
-- ``chunked``: hidden 768, 6 layers, ~160 MB. Its prefill is slow enough on a CPU that a small
+- ``small``: hidden 768, 6 layers, 44 M parameters, ~176 MB. Its prefill is slow enough on a CPU that a small
   ``--max-num-batched-tokens`` makes decoding streams stall while other requests prefill
   (chunked-prefill interference, the ITL tail of the reference report).
 
 Run it with the vLLM environment's Python (it has torch, transformers and tokenizers)::
 
     .venv-vllm/bin/python scripts/make_tiny_model.py --out .models/tiny
-    .venv-vllm/bin/python scripts/make_tiny_model.py --size chunked --out .models/chunked
+    .venv-vllm/bin/python scripts/make_tiny_model.py --size small --out .models/small
 
 An existing model folder whose ``sweeper_model.json`` matches is left alone (use ``--force``).
 """
@@ -62,7 +62,7 @@ class ModelShape:
 
 SHAPES = {
     "tiny": ModelShape(256, 4, 4, 2, 512),
-    "chunked": ModelShape(768, 6, 12, 4, 2048),
+    "small": ModelShape(768, 6, 12, 4, 2048),
 }
 
 # Words the generated training text is made of: everyday English (so a prompt of ordinary words

@@ -3,10 +3,11 @@
 Three configurations, each a real vLLM started with its own flags and a sweep recorded with
 ``sweeper record --server-log``:
 
-- ``tiny-vllm-cpu-default``: the tiny model, default flags.
-- ``tiny-vllm-cpu-chunked-prefill``: the larger random model, ~1,000-token prompts and a
-  256-token chunked-prefill budget: decoding streams stall behind other requests' prefill chunks
-  (the ITL tail opens with no preemption).
+- ``small-vllm-cpu-default``: the small model (44 M parameters), default flags. (The tiny model
+  streams so fast that on 2 cores vLLM's API server and the recorder fight for one core.)
+- ``small-vllm-cpu-chunked-prefill``: the same model, ~1,000-token prompts and a 256-token
+  chunked-prefill budget: decoding streams stall behind other requests' prefill chunks (the ITL
+  tail opens with no preemption).
 - ``tiny-vllm-cpu-preemption``: a 16-block KV pool (2,048 tokens) with ``--max-num-seqs 4``
   and long generations: preemptions and a waiting queue.
 
@@ -43,22 +44,22 @@ class Sample:
     input_len: int
     output_len: int
     levels: str
-    requests_per_level: int
+    requests_per_level: str  # a count, or Kx: K per stream (at least 8)
     note: str
 
 
 SAMPLES = {
     "default": Sample(
-        "tiny-vllm-cpu-default", "tiny", (), 256, 128, "1,2,4,8,16", 16, "default flags"
+        "small-vllm-cpu-default", "small", (), 256, 128, "1,2,4,8,16", "1x", "default flags"
     ),
     "chunked-prefill": Sample(
-        "tiny-vllm-cpu-chunked-prefill",
-        "chunked",
+        "small-vllm-cpu-chunked-prefill",
+        "small",
         ("--max-num-batched-tokens", "256"),
         1000,
         64,
         "1,2,4,8",
-        8,
+        "8",
         "chunked-prefill budget 256 tokens, 1,000-token prompts",
     ),
     "preemption": Sample(
@@ -68,7 +69,7 @@ SAMPLES = {
         128,
         512,
         "1,2,4,8",
-        8,
+        "8",
         "16-block KV pool, max-num-seqs 4",
     ),
 }
@@ -93,7 +94,7 @@ def record(name: str, sample: Sample, out: Path) -> Path:
                 "--input-len", str(sample.input_len),
                 "--output-len", str(sample.output_len),
                 "--concurrency", sample.levels,
-                "--requests-per-level", str(sample.requests_per_level),
+                "--requests-per-level", sample.requests_per_level,
                 "--warmup", "1",
                 "--scrape-interval", str(SCRAPE_INTERVAL_S),
                 "--server-log", str(log),

@@ -31,7 +31,6 @@ from types import TracebackType
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DEFAULT_MODEL = ROOT / ".models" / "tiny"
-SERVED_MODEL_NAME = "tiny"
 HOST = "127.0.0.1"
 # The CPU build must be told the KV cache size; 256 MiB holds 262,144 tokens of the tiny model.
 DEFAULT_KV_CACHE_BYTES = 256 * 1024 * 1024
@@ -75,7 +74,7 @@ class VllmServer:
         port: int = 0,
         log_path: Path | str | None = None,
         python: Path | str = DEFAULT_PYTHON,
-        served_model_name: str = SERVED_MODEL_NAME,
+        served_model_name: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         self.model = Path(model)
@@ -83,7 +82,8 @@ class VllmServer:
         self.port = port or free_port()
         self.log_path = Path(log_path) if log_path else ROOT / ".cache" / f"vllm-{self.port}.log"
         self.python = Path(python)
-        self.served_model_name = served_model_name
+        # Served under its folder's name ("tiny", "small"): runs of one model compare together.
+        self.served_model_name = served_model_name or self.model.name
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         self.start_s: float | None = None

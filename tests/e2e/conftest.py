@@ -60,7 +60,7 @@ SWEEPS = {
     ),
     "chunked": Sweep(
         "chunked",
-        "chunked",
+        "small",
         ("--max-num-batched-tokens", "256"),
         input_len=1000,
         output_len=64,
@@ -117,7 +117,7 @@ def record_command(sweep: Sweep, base_url: str, out: Path, log_path: Path) -> li
         "--out",
         str(out),
         "--run-id",
-        f"tiny-vllm-cpu-{sweep.name}",
+        f"{sweep.model}-vllm-cpu-{sweep.name}",
         "--quiet",
     ]
 
@@ -140,7 +140,7 @@ def record_sweep(vllm_server: Callable[..., object], sweep: Sweep, out: Path) ->
             pytrace=False,
         )
     after = fetch(base_url + "/metrics")
-    run_dir = out / f"tiny-vllm-cpu-{sweep.name}"
+    run_dir = out / f"{sweep.model}-vllm-cpu-{sweep.name}"
     return Recorded(
         sweep=sweep,
         run_dir=run_dir,
@@ -163,7 +163,7 @@ def e2e_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if keep:
         out = Path(keep)
         for sweep in SWEEPS.values():
-            shutil.rmtree(out / f"tiny-vllm-cpu-{sweep.name}", ignore_errors=True)
+            shutil.rmtree(out / f"{sweep.model}-vllm-cpu-{sweep.name}", ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         return out
     return tmp_path_factory.mktemp("traces")

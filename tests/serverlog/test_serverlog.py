@@ -302,7 +302,7 @@ def test_sample_runs_server_logs_carry_their_flags() -> None:
     assert max(stat.running for stat in preemption.stats) == 4
     assert max(stat.kv_usage for stat in preemption.stats) > 0.5
     chunked = parse_server_log(
-        (TRACES / "tiny-vllm-cpu-chunked-prefill" / "server.log").read_text()
+        (TRACES / "small-vllm-cpu-chunked-prefill" / "server.log").read_text()
     ).config
     assert chunked.max_num_batched_tokens is not None
     assert chunked.max_num_batched_tokens.value == 256
