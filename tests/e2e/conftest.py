@@ -5,7 +5,7 @@ server itself says (``/metrics`` before and after, its log), records a small swe
 ``sweeper record`` command in a subprocess, and stops. Three configurations:
 
 - ``default``: the tiny model, default flags: token counts, offsets, facts, scrapes.
-- ``preemption``: a KV pool of 16 blocks (2,048 tokens) and ``--max-num-seqs 4`` with 8 streams
+- ``preemption``: the small model, a KV pool of 16 blocks (2,048 tokens) and ``--max-num-seqs 4`` with 8 streams
   of long generations: the scheduler must preempt and queue.
 - ``chunked``: the larger random model, ~1,000-token prompts and a 256-token chunked-prefill
   budget: decoding streams stall behind other requests' prefill chunks, with no preemption.
@@ -48,12 +48,15 @@ class Sweep:
 
 SWEEPS = {
     "default": Sweep("default", "tiny", (), 128, 64, (1, 4), 8, scrape_interval_s=0.5),
+    # The small model: the tiny one streams so fast that vLLM's API server saturates its core and
+    # answers /metrics seconds late, so the waiting queue could go unseen. 4 x (384 + 256) tokens
+    # do not fit in 16 blocks x 128 = 2,048: the scheduler must preempt.
     "preemption": Sweep(
         "preemption",
-        "tiny",
+        "small",
         ("--max-num-seqs", "4", "--num-gpu-blocks-override", "16", "--max-model-len", "1024"),
-        input_len=128,
-        output_len=512,
+        input_len=384,
+        output_len=256,
         levels=(1, 8),
         requests_per_level=8,
         scrape_interval_s=0.5,  # the waiting queue lasts seconds: catch it more than once
