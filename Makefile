@@ -84,7 +84,7 @@ test: deps lint
 test-fast: install
 	$(VENV)/bin/pytest -m "not vllm and not browser" $(PYTEST_ARGS)
 
-demo: install vllm model
+demo: install vllm models
 	bash scripts/demo.sh
 
 clean:

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The demo: start a local vLLM (CPU build) serving the tiny random model, record a short real
+# The demo: start a local vLLM (CPU build) serving the small random model, record a short real
 # concurrency sweep with `sweeper record` into traces/, stop vLLM, then serve the report site.
 #
 # Run it through `make demo` (which first creates .venv, .venv-vllm and the model if missing).
 # Environment knobs: DEMO_PORT (vLLM port, default: a free one), SITE_ADDR (default 127.0.0.1:8000),
-# DEMO_LEVELS (default 1,2,4,8), DEMO_SERVE=0 to stop after recording.
+# DEMO_LEVELS (default 1,2,4,8), DEMO_MODEL (default small: the tiny one streams so fast that on
+# 2 cores vLLM's API server and the recorder fight for one core), DEMO_SERVE=0 to stop after
+# recording.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PORT="${DEMO_PORT:-0}"  # 0: any free port
 LEVELS="${DEMO_LEVELS:-1,2,4,8}"
+MODEL="${DEMO_MODEL:-small}"
 SITE_ADDR="${SITE_ADDR:-127.0.0.1:8000}"
 RUN_ID="demo-$(date -u +%Y%m%d-%H%M%S)"
 WORK=".cache/demo"
-LOG="$WORK/vllm-$PORT.log"
-READY="$WORK/ready-$PORT"
+LOG="$WORK/vllm.log"
+READY="$WORK/ready"
 mkdir -p "$WORK"
 rm -f "$READY"
 
@@ -32,8 +35,8 @@ trap stop_server EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-echo "demo: starting vLLM (CPU) with the tiny model on 127.0.0.1:$PORT (log: $LOG)"
-.venv/bin/python scripts/vllm_server.py serve --model .models/tiny --port "$PORT" \
+echo "demo: starting vLLM (CPU) with the $MODEL model (log: $LOG)"
+.venv/bin/python scripts/vllm_server.py serve --model ".models/$MODEL" --port "$PORT" \
   --log "$LOG" --ready-file "$READY" &
 server_pid=$!
 
