@@ -8,8 +8,8 @@ Three configurations, each a real vLLM started with its own flags and a sweep re
 - ``small-vllm-cpu-chunked-prefill``: the same model, ~1,000-token prompts and a 256-token
   chunked-prefill budget: decoding streams stall behind other requests' prefill chunks (the ITL
   tail opens with no preemption).
-- ``tiny-vllm-cpu-preemption``: a 16-block KV pool (2,048 tokens) with ``--max-num-seqs 4``
-  and long generations: preemptions and a waiting queue.
+- ``small-vllm-cpu-preemption``: the same model with a 16-block KV pool (2,048 tokens) and
+  ``--max-num-seqs 4``; 4 x (384 + 256) tokens do not fit: preemptions and a waiting queue.
 
 Run with the project's Python after ``make vllm models``::
 
@@ -63,11 +63,11 @@ SAMPLES = {
         "chunked-prefill budget 256 tokens, 1,000-token prompts",
     ),
     "preemption": Sample(
-        "tiny-vllm-cpu-preemption",
-        "tiny",
+        "small-vllm-cpu-preemption",
+        "small",
         ("--max-num-seqs", "4", "--num-gpu-blocks-override", "16", "--max-model-len", "1024"),
-        128,
-        512,
+        384,
+        256,
         "1,2,4,8",
         "8",
         "16-block KV pool, max-num-seqs 4",

@@ -292,7 +292,7 @@ TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 def test_sample_runs_server_logs_carry_their_flags() -> None:
     """The sample trace sets' logs (real vLLM CPU runs) give back the flags each was started with."""
-    preemption = parse_server_log((TRACES / "tiny-vllm-cpu-preemption" / "server.log").read_text())
+    preemption = parse_server_log((TRACES / "small-vllm-cpu-preemption" / "server.log").read_text())
     config = preemption.config
     assert config.max_num_seqs is not None and config.max_num_seqs.value == 4
     assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 16
