@@ -298,8 +298,9 @@ def test_sample_runs_server_logs_carry_their_flags() -> None:
     assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 16
     assert config.max_model_len is not None and config.max_model_len.value == 1024
     assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 16 * 128
-    # Its periodic lines saw the pool fill: running capped at 4, KV usage high.
-    assert max(stat.running for stat in preemption.stats) == 4
+    # Its periodic lines saw the pool fill and requests queue; never more than 4 running.
+    assert max(stat.running for stat in preemption.stats) <= 4
+    assert max(stat.waiting for stat in preemption.stats) > 0
     assert max(stat.kv_usage for stat in preemption.stats) > 0.5
     chunked = parse_server_log(
         (TRACES / "small-vllm-cpu-chunked-prefill" / "server.log").read_text()
