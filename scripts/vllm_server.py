@@ -124,8 +124,8 @@ class VllmServer:
             )
         if not (self.model / "config.json").exists():
             raise VllmStartError(
-                f"no model at {self.model}: run `make model` "
-                "(.venv-vllm/bin/python scripts/make_tiny_model.py)"
+                f"no model at {self.model}: run `make models` "
+                "(.venv-vllm/bin/python scripts/make_tiny_model.py --size tiny|small)"
             )
 
     def start(self) -> VllmServer:
@@ -188,12 +188,14 @@ class VllmServer:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=STOP_TIMEOUT_S)
-        # The engine core runs in a child process; make sure nothing of the group is left.
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=STOP_TIMEOUT_S)
+        # The engine core runs in a child process that can outlive the API server (also when the
+        # server died on its own): end whatever is left of the process group.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
