@@ -53,7 +53,9 @@ def _panel(rows: list[dict[str, Any]], metric: str, words: dict[str, str]) -> al
         color=alt.Color("tool:N", title=words["tool"]),
         tooltip=["tool", "concurrency", "rate", "error_ms"],
     )
-    lines = base.mark_line(point=True)
+    # Joined in concurrency order: a tool that falls behind writes fewer tokens/s at more
+    # streams, and its line turns back.
+    lines = base.mark_line(point=True).encode(order=alt.Order("concurrency:Q"))
     labels = base.mark_text(dx=6, dy=-6, fontSize=9).encode(text="concurrency:Q")
     limit = (
         alt.Chart(pd.DataFrame({"y": [LIMIT_MS]}))
@@ -74,12 +76,13 @@ def chart_itl_error(rows: list[dict[str, Any]], lang: str = "en") -> alt.HConcat
 def write_charts(
     rows: list[dict[str, Any]], folder: Path, stem: str = "fidelity-itl-error"
 ) -> list[Path]:
-    """``<stem>.svg`` (English) and ``<stem>.zh.svg`` in ``folder``."""
+    """``<stem>.svg`` (English) and ``<stem>-zh.svg`` in ``folder`` (not ``.zh.svg``: the i18n
+    plugin would take that for a localized copy of the same file)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for lang in LABELS:
         spec = chart_itl_error(rows, lang).to_dict()
-        path = folder / (f"{stem}.svg" if lang == "en" else f"{stem}.{lang}.svg")
+        path = folder / (f"{stem}.svg" if lang == "en" else f"{stem}-{lang}.svg")
         path.write_text(vl_convert.vegalite_to_svg(spec))
         paths.append(path)
     return paths
