@@ -340,7 +340,8 @@ class ScriptedServer:
 
     def _observe_finished(self, truth: RequestTruth) -> None:
         metrics = self.metrics
-        end = truth.finished_ns = time.monotonic_ns()
+        # The engine stamps its own finish (batching mode); otherwise the request ends now.
+        end = truth.finished_ns = truth.finished_ns or time.monotonic_ns()
         admitted = truth.admitted_ns or truth.received_ns
         first = truth.first_token_ns or end
         metrics.queue_time.observe((admitted - truth.received_ns) / NS_PER_S)

@@ -36,7 +36,8 @@ Ground truth: ``GET /_sweeper/truth?request_id=ID`` (one request) or ``GET /_swe
 ``GET /_sweeper/config``. A request's id is its
 ``X-Request-Id`` header when it sends one (echoed back in the response header and the body's
 ``id``), else ``cmpl-%08x`` / ``chatcmpl-%08x`` counting from 1. Truth fields: ``received_ns``,
-``admitted_ns``, ``first_token_ns``, ``finished_ns``, ``event_kind`` / ``event_ns`` /
+``admitted_ns``, ``first_token_ns``, ``finished_ns`` (batching: when the engine freed the
+sequence; schedule: after the last write), ``event_kind`` / ``event_ns`` /
 ``event_tokens`` (every write: headers, role, content, usage, done, error, malformed, comment,
 body), ``content_ns`` / ``content_tokens`` (content events only), ``due_ns`` (schedule mode: the
 nominal time of each content chunk), ``prompt_tokens``, ``completion_tokens``, ``finish_reason``,

@@ -251,6 +251,7 @@ class BatchingEngine:
                 seq.truth.first_token_ns = time.monotonic_ns()
             if seq.generated >= seq.max_out:
                 seq.finished = True
+                seq.truth.finished_ns = time.monotonic_ns()
                 self.running.remove(seq)
                 self._release(seq)
             seq.wake.set()

@@ -36,7 +36,7 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
             out,
             "--keep",
             tmp_path / "work",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=240,
