@@ -214,6 +214,15 @@ def _warmup(value: str) -> int | None:
     help="Recorder processes to spread each level's streams over (one event loop each), for "
     "hundreds of streams or more; e.g. --workers 4.",
 )
+@click.option(
+    "--http-client",
+    type=click.Choice(["raw", "httpx"]),
+    default="raw",
+    show_default=True,
+    help="What streams the requests: raw (a lean HTTP/1.1 client on asyncio, one keep-alive "
+    "connection per stream; exact at hundreds of streams) or httpx (the shared httpx pool, "
+    "behind from about 64 streams: see docs/fidelity.md). Probes and /metrics use httpx.",
+)
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @friendly_errors
 def record_command(
@@ -249,6 +258,7 @@ def record_command(
     ignore_eos: bool,
     shared_prefix: bool,
     workers: int,
+    http_client: str,
     quiet: bool,
 ) -> None:
     """Sweep concurrency levels against an OpenAI-compatible server and record every token's
@@ -299,6 +309,7 @@ def record_command(
             ignore_eos=ignore_eos,
             shared_prefix=shared_prefix,
             workers=workers,
+            http_client="httpx" if http_client == "httpx" else "raw",
             command=redact_argv(["sweeper", *sys.argv[1:]]),
         )
         config.check()

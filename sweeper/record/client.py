@@ -21,6 +21,13 @@ from typing import Any
 
 import httpx
 
+from sweeper.record.http11 import (
+    ConnectFailed,
+    ConnectionLost,
+    ProtocolViolation,
+    RawClient,
+    RawResponse,
+)
 from sweeper.record.sse import (
     DONE_MARKER,
     ChunkReader,
@@ -32,6 +39,9 @@ from sweeper.schema import ErrorKind, RequestError, RequestTrace
 
 Clock = Callable[[], int]
 """Monotonic time in nanoseconds."""
+
+StreamClient = httpx.AsyncClient | RawClient
+"""What streams: the raw HTTP/1.1 client (default for http/https) or an httpx client."""
 
 MAX_ERROR_MESSAGE_CHARS = 500
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -114,7 +124,7 @@ class _Stream:
 
 
 async def stream_request(
-    client: httpx.AsyncClient,
+    client: StreamClient,
     url: str,
     spec: RequestSpec,
     *,
@@ -156,7 +166,15 @@ async def stream_request(
             )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             error = RequestError(kind="connect", message=_clip(_describe(exc)))
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        except ConnectFailed as exc:
+            error = RequestError(kind="connect", message=_clip(str(exc)))
+        except (
+            httpx.RemoteProtocolError,
+            httpx.ReadError,
+            httpx.WriteError,
+            ConnectionLost,
+            ProtocolViolation,
+        ) as exc:
             if not state.bytes_seen and retries_left > 0:
                 retries_left -= 1
                 continue
@@ -192,7 +210,7 @@ async def stream_request(
 
 
 async def _exchange(
-    client: httpx.AsyncClient,
+    client: StreamClient,
     url: str,
     body: dict[str, Any],
     header_id: str | None,
@@ -203,6 +221,9 @@ async def _exchange(
 ) -> tuple[int | None, str]:
     """Run the HTTP exchange; fill ``state``. Returns (status, body text) for an HTTP error."""
     headers = {REQUEST_ID_HEADER: header_id} if header_id else None
+    if isinstance(client, RawClient):
+        async with client.post(url, body, headers) as raw_response:
+            return await _read_raw(raw_response, state, reader, clock, send_ns)
     async with client.stream("POST", url, json=body, headers=headers) as response:
         if response.status_code >= httpx.codes.BAD_REQUEST:
             raw = await response.aread()
@@ -218,6 +239,34 @@ async def _exchange(
                 await _drain(stream)
                 return None, ""
         _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
+    return None, ""
+
+
+async def _read_raw(
+    response: RawResponse, state: _Stream, reader: ChunkReader, clock: Clock, send_ns: int
+) -> tuple[int | None, str]:
+    """:func:`_exchange` for the raw client: each ``read_some`` is one socket read, stamped
+    when it returns."""
+    if response.status_code >= httpx.codes.BAD_REQUEST:
+        raw = await response.aread()
+        state.end_ns = clock() - send_ns
+        return response.status_code, raw.decode("utf-8", errors="replace")
+    parser = SSEParser()
+    while (data := await response.read_some()) is not None:
+        now = clock() - send_ns
+        if not data:
+            continue  # only chunked framing arrived
+        state.bytes_seen = True
+        state.end_ns = now
+        if _handle(parser.feed(data), state, reader, now):
+            # Read the body's end (the chunked terminator) so the connection is reused; a
+            # server that keeps the stream open after [DONE] gets a short grace, then is closed.
+            with contextlib.suppress(TimeoutError, ConnectionLost, ProtocolViolation):
+                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+                    while await response.read_some() is not None:
+                        pass
+            return None, ""
+    _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
     return None, ""
 
 

@@ -23,6 +23,7 @@ PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
 CONNECT_TIMEOUT_S = 10.0
 CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
 REDACTED = "***"
+HTTP_CLIENTS = ("raw", "httpx")
 LIBRARIES = ("httpx", "httpcore", "pydantic", "prometheus_client", "rich", "click", "uvloop")
 
 # User-given server facts ("what the server was started with"): option -> ServerConfig field.
@@ -71,6 +72,7 @@ class RecordConfig:
     shared_prefix: bool = False
     workers: int = 1
     command: list[str] | None = None
+    http_client: Literal["raw", "httpx"] = "raw"  # what streams (probes and scrapes: httpx)
 
     def check(self) -> None:
         if self.base_url is None and not self.resume:
@@ -88,6 +90,10 @@ class RecordConfig:
         if self.scrape_interval_s <= 0:
             raise ConfigError(
                 f"--scrape-interval {self.scrape_interval_s} must be positive seconds"
+            )
+        if self.http_client not in HTTP_CLIENTS:
+            raise ConfigError(
+                f"--http-client {self.http_client!r}: use one of {', '.join(HTTP_CLIENTS)}"
             )
         if self.workers < 1:
             raise ConfigError(f"--workers {self.workers} must be at least 1")

@@ -20,7 +20,14 @@ from typing import Any
 import httpx
 
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
-from sweeper.record.client import Clock, RequestShaper, RequestSpec, default_clock, stream_request
+from sweeper.record.client import (
+    Clock,
+    RequestShaper,
+    RequestSpec,
+    StreamClient,
+    default_clock,
+    stream_request,
+)
 from sweeper.record.config import (
     CONNECT_TIMEOUT_S,
     CONNECTIONS_HEADROOM,
@@ -29,6 +36,7 @@ from sweeper.record.config import (
     RecordConfig,
     default_run_id,
 )
+from sweeper.record.http11 import RawClient
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
 from sweeper.record.progress import LevelStats, NullProgress, Progress
@@ -192,15 +200,33 @@ async def arecord_sweep(
             run.done_ids = {
                 r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
             }
+        streamer = _streaming_client(config, headers, transport, client)
         try:
-            return await _record(run, client, info, model, api, headers)
+            return await _record(run, client, streamer, info, model, api, headers)
         finally:
             writer.close()
+            if streamer is not client:
+                await streamer.aclose()
+
+
+def _streaming_client(
+    config: RecordConfig,
+    headers: dict[str, str],
+    transport: httpx.AsyncBaseTransport | None,
+    client: httpx.AsyncClient,
+) -> StreamClient:
+    """The raw HTTP/1.1 client for http(s) targets (``--http-client raw``, the default); the
+    httpx client (shared with the probes) for ``--http-client httpx`` or an injected transport."""
+    scheme = (config.base_url or "").split("://", 1)[0].lower()
+    if config.http_client != "raw" or transport is not None or scheme not in ("http", "https"):
+        return client
+    return RawClient(headers=headers, connect_timeout_s=CONNECT_TIMEOUT_S)
 
 
 async def _record(
     run: _Run,
     client: httpx.AsyncClient,
+    streamer: StreamClient,
     info: ServerInfo,
     model: str,
     api: str,
@@ -257,6 +283,7 @@ async def _record(
             settings = WorkerSettings(
                 str(run.folder), run.origin_ns, config.timeout_s, headers,
                 max(workload.concurrency_levels),
+                "httpx" if streamer is client else "raw",
             )  # fmt: skip
             pool = WorkerPool(config.workers, settings, run.warn)
             await pool.start()
@@ -267,7 +294,7 @@ async def _record(
                 manifest.levels.append(level)
             if level.status == "complete":
                 continue
-            await _run_level(run, client, api, model, builder, shaper, lag, level, pool)
+            await _run_level(run, streamer, api, model, builder, shaper, lag, level, pool)
             level = None
         manifest.status = "complete"
         clean = True
@@ -353,7 +380,7 @@ def _read_server_log(run: _Run) -> None:
 
 async def _run_level(
     run: _Run,
-    client: httpx.AsyncClient,
+    client: StreamClient,
     api: str,
     model: str,
     builder: PromptBuilder,

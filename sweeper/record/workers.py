@@ -30,7 +30,15 @@ from typing import Any
 import httpx
 
 from sweeper.errors import SweeperError
-from sweeper.record.client import RequestShaper, RequestSpec, default_clock, stream_request
+from sweeper.record.client import (
+    RequestShaper,
+    RequestSpec,
+    StreamClient,
+    default_clock,
+    stream_request,
+)
+from sweeper.record.config import CONNECT_TIMEOUT_S
+from sweeper.record.http11 import RawClient
 from sweeper.record.lag import LagMonitor
 from sweeper.schema import RequestTrace
 from sweeper.store import TraceSetWriter
@@ -55,6 +63,7 @@ class WorkerSettings:
     timeout_s: float
     headers: dict[str, str]
     max_connections: int
+    http_client: str = "raw"  # "raw": sweeper.record.http11 streams; "httpx": the httpx pool
 
 
 @dataclass
@@ -221,7 +230,7 @@ async def _worker_loop(
         max_connections=settings.max_connections + CONNECTIONS_HEADROOM,
         max_keepalive_connections=settings.max_connections + CONNECTIONS_HEADROOM,
     )
-    timeout = httpx.Timeout(settings.timeout_s, connect=10.0, pool=None)
+    timeout = httpx.Timeout(settings.timeout_s, connect=CONNECT_TIMEOUT_S, pool=None)
     watchdog = asyncio.create_task(_exit_with_parent(parent_pid))
 
     def warn(message: str) -> None:
@@ -229,9 +238,14 @@ async def _worker_loop(
 
     shaper = RequestShaper(on_warning=warn)
     writer = TraceSetWriter(Path(settings.folder), requests_name=worker_requests_name(index))
-    async with httpx.AsyncClient(
-        headers=settings.headers, limits=limits, timeout=timeout, trust_env=False
-    ) as client:
+    streamer: StreamClient
+    if settings.http_client == "raw":
+        streamer = RawClient(headers=settings.headers, connect_timeout_s=CONNECT_TIMEOUT_S)
+    else:
+        streamer = httpx.AsyncClient(
+            headers=settings.headers, limits=limits, timeout=timeout, trust_env=False
+        )
+    async with streamer as client:
         results.put(("ready", index))
         while True:
             job: LevelJob | None = await loop.run_in_executor(None, commands.get)

@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sweeper.record.client import RequestShaper, RequestSpec, stream_request
+from sweeper.record.client import RequestShaper, RequestSpec, StreamClient, stream_request
+from sweeper.record.http11 import RawClient
 from sweeper.record.workload import completion_body
 from sweeper.testing.server import ServerThread, closed_port_url, run_server
 
@@ -90,11 +91,22 @@ async def test_chunk_offsets_come_from_the_injected_clock_to_the_nanosecond() ->
     assert trace.status == "ok"
 
 
+@pytest.fixture(params=["raw", "httpx"])
+def client_kind(request: pytest.FixtureRequest) -> str:
+    """Every exchange test runs with both streaming paths: the raw client and httpx."""
+    return str(request.param)
+
+
+def _client(kind: str, headers: dict[str, str]) -> StreamClient:
+    return RawClient(headers=headers) if kind == "raw" else httpx.AsyncClient(headers=headers)
+
+
 async def _one(server_url: str, fault: str | None = None, *, endpoint: str = "completions",
-               timeout_s: float = 10, shaper: RequestShaper | None = None, rid: str = "c1-00000") -> Any:  # fmt: skip
+               timeout_s: float = 10, shaper: RequestShaper | None = None, rid: str = "c1-00000",
+               kind: str = "raw") -> Any:  # fmt: skip
     headers = {"X-Sweeper-Fault": fault} if fault else {}
     url = f"{server_url}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}"
-    async with httpx.AsyncClient(headers=headers) as client:
+    async with _client(kind, headers) as client:
         return await stream_request(
             client,
             url,
@@ -111,9 +123,9 @@ async def _one(server_url: str, fault: str | None = None, *, endpoint: str = "co
     "fault", [None, "comments", "split", "no_done", "no_usage", "split,comments"]
 )
 async def test_clean_streams_count_every_token(
-    server: ServerThread, endpoint: str, fault: str | None
+    server: ServerThread, endpoint: str, fault: str | None, client_kind: str
 ) -> None:
-    trace = await _one(server.base_url, fault, endpoint=endpoint)
+    trace = await _one(server.base_url, fault, endpoint=endpoint, kind=client_kind)
     assert trace.status == "ok", trace.error
     assert sum(trace.chunk_tokens) == OUTPUT_LEN == trace.completion_tokens
     assert trace.chunk_ns == sorted(trace.chunk_ns) and trace.chunk_ns[0] > 0
@@ -135,9 +147,9 @@ async def test_clean_streams_count_every_token(
     ],
 )
 async def test_each_fault_is_recorded_as_data(
-    server: ServerThread, fault: str, kind: str, status: int | None, chunks: int
+    server: ServerThread, fault: str, kind: str, status: int | None, chunks: int, client_kind: str
 ) -> None:
-    trace = await _one(server.base_url, fault)
+    trace = await _one(server.base_url, fault, kind=client_kind)
     assert trace.status == "error"
     assert trace.error is not None
     assert (trace.error.kind, trace.error.http_status) == (kind, status)
@@ -146,24 +158,28 @@ async def test_each_fault_is_recorded_as_data(
     assert trace.end_ns is not None and trace.end_ns >= 0
 
 
-async def test_timeout_mid_stream_keeps_the_chunks_before_it(server: ServerThread) -> None:
-    trace = await _one(server.base_url, "stall=3000@2", timeout_s=0.5)
+async def test_timeout_mid_stream_keeps_the_chunks_before_it(
+    server: ServerThread, client_kind: str
+) -> None:
+    trace = await _one(server.base_url, "stall=3000@2", timeout_s=0.5, kind=client_kind)
     assert trace.error is not None and trace.error.kind == "timeout"
     assert len(trace.chunk_ns) == 2
     assert 400_000_000 <= trace.end_ns <= 2_000_000_000  # type: ignore[operator]
 
 
-async def test_connection_refused() -> None:
-    trace = await _one(closed_port_url())
+async def test_connection_refused(client_kind: str) -> None:
+    trace = await _one(closed_port_url(), kind=client_kind)
     assert trace.error is not None and trace.error.kind == "connect"
 
 
-async def test_rejected_optional_fields_are_dropped_once_with_one_warning() -> None:
+async def test_rejected_optional_fields_are_dropped_once_with_one_warning(
+    client_kind: str,
+) -> None:
     warnings: list[str] = []
     shaper = RequestShaper(on_warning=warnings.append)
     with run_server(ttft_ms=1, itl_ms=1, reject_params=("ignore_eos", "min_tokens")) as srv:
-        first = await _one(srv.base_url, shaper=shaper, rid="first")
-        second = await _one(srv.base_url, shaper=shaper, rid="second")
+        first = await _one(srv.base_url, shaper=shaper, rid="first", kind=client_kind)
+        second = await _one(srv.base_url, shaper=shaper, rid="second", kind=client_kind)
         truths = srv.truths()
     assert first.status == second.status == "ok"
     assert shaper.dropped == {"ignore_eos", "min_tokens"}
