@@ -85,9 +85,9 @@ def test_chunk_offsets_increase(recorded_default: Recorded) -> None:
         offsets = request.chunk_ns
         assert offsets, request.request_id
         assert offsets[0] > 0
-        # Never backwards; chunks that arrive in one socket read share their arrival time.
+        # Never backwards. Chunks that arrive in one socket read share their arrival time, and the
+        # tiny model outruns vLLM's API server on 2 cores: a whole answer can come in one burst.
         assert all(b >= a for a, b in itertools.pairwise(offsets)), request.request_id
-        assert offsets[-1] > offsets[0], request.request_id
         assert request.end_ns is not None and request.end_ns >= offsets[-1]
         sends.append(request.send_ns)
     assert all(s >= 0 for s in sends)
