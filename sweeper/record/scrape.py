@@ -172,7 +172,11 @@ class Scraper:
         while not self._stop.is_set():
             await self.scrape_all()
             next_at += self.interval_s
-            delay = max(next_at - loop.time(), 0.0)
+            if next_at < loop.time():
+                # A slow scrape (a busy server) put us behind: start the schedule again from
+                # now rather than firing the missed scrapes in a burst.
+                next_at = loop.time()
+            delay = next_at - loop.time()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=delay)
         await self.scrape_all()  # a last one, after the last request

@@ -160,8 +160,8 @@ async def fit_prompt(
     start: int,
     limit: int,
 ) -> tuple[str, int, bool]:
-    """Find the word count ``n`` with ``counter(make(n)) == target``: step by the token
-    difference (about one token per word) and close in from both sides. Returns the text, n,
+    """Find the word count ``n`` with ``counter(make(n)) == target``: step in proportion to
+    the tokens per word seen so far (any tokenizer) and close in from both sides. Returns the text, n,
     and whether it is exact; when no n is exact (words merging at a boundary), the longest text
     under the target."""
     below: int | None = None  # largest n counted under the target
@@ -180,7 +180,8 @@ async def fit_prompt(
             above = n
         if below is not None and above is not None and above - below <= 1:
             break
-        guess = n + (target - count)
+        # Proportional step: a tokenizer may spend several tokens on a word, or merge words.
+        guess = round(n * target / count) if n > 0 and count > 0 else n + (target - count)
         if below is not None:
             guess = max(guess, below + 1)
         if above is not None:

@@ -68,3 +68,20 @@ def test_completion_body_asks_for_exact_length_and_per_chunk_usage() -> None:
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     plain = completion_body("m", "hi", endpoint="completions", output_len=8, ignore_eos=False)
     assert plain["prompt"] == "hi" and "ignore_eos" not in plain and "min_tokens" not in plain
+
+
+async def test_fit_prompt_converges_when_words_cost_several_tokens() -> None:
+    # A subword tokenizer on rare words: 3 tokens a word, plus a BOS token. Stepping by the
+    # token difference alone overshoots and bounces; the proportional step lands in a few counts.
+    calls = 0
+
+    async def subword(text: str) -> int:
+        nonlocal calls
+        calls += 1
+        return 1 + 3 * len(text.split())
+
+    text, words, exact = await fit_prompt(
+        subword, lambda n: " ".join(["rare"] * n), 1000, start=1000, limit=5000
+    )
+    assert exact and await subword(text) == 1000 and words == 333
+    assert calls <= 6
