@@ -130,17 +130,26 @@ def test_batching_without_preemption_reserves_and_never_preempts() -> None:
 
 def test_batching_max_num_seqs_caps_running() -> None:
     with run_server(mode="batching", step_base_ms=2, max_num_seqs=2) as server:
-        bodies = [{"prompt": "a b", "max_tokens": 60} for _ in range(6)]
+        bodies = [{"prompt": "a b", "max_tokens": 150} for _ in range(6)]
         *_results, extra = _concurrent(server.base_url, bodies)
         truths = server.truths()
     assert max(s["vllm:num_requests_running"] for s in extra["scrapes"]) <= 2
-    # From the server's own record: never more than 2 admitted and unfinished at once, and the
-    # requests beyond the first two waited for a seat.
+    # From the server's own record: never more than 2 admitted and unfinished at once, and a
+    # request that arrived while both seats were taken waited until one freed. (Judged on the
+    # server's own times, so a loaded machine that delays the client's sends cannot fail it.)
+    waited = 0
     for t in truths:
         overlapping = [o for o in truths if o["admitted_ns"] <= t["admitted_ns"] < o["finished_ns"]]
         assert len(overlapping) <= 2
-    waits_ms = sorted((t["admitted_ns"] - t["received_ns"]) / MS for t in truths)
-    assert waits_ms[-4] > 20  # each seat frees after 60 tokens x 2 ms
+        busy = [
+            o
+            for o in truths
+            if o is not t and o["admitted_ns"] <= t["received_ns"] < o["finished_ns"]
+        ]
+        if len(busy) >= 2:
+            assert t["admitted_ns"] >= min(o["finished_ns"] for o in busy)
+            waited += 1
+    assert waited >= 1  # 6 requests of 150 tokens x 2 ms on 2 seats: some must queue
 
 
 def test_chunked_prefill_stalls_other_decodes() -> None:
