@@ -219,9 +219,10 @@ def _warmup(value: str) -> int | None:
     type=click.Choice(["raw", "httpx"]),
     default="raw",
     show_default=True,
-    help="What streams the requests: raw (a lean HTTP/1.1 client on asyncio, one keep-alive "
-    "connection per stream; exact at hundreds of streams) or httpx (the shared httpx pool, "
-    "behind from about 64 streams: see docs/fidelity.md). Probes and /metrics use httpx.",
+    help="What streams the requests: raw (sweeper's lean HTTP/1.1 client on asyncio sockets, "
+    "one keep-alive connection per stream) or httpx (one shared httpx client, which falls "
+    "behind from about 64 streams: see docs/fidelity.md). Probes and /metrics scrapes always "
+    "use httpx.",
 )
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @friendly_errors

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+CLOSE_WAIT_S = 2.0  # longest wait for the connections to finish closing at the end
 READ_SIZE = 65536
 MAX_HEAD_BYTES = 65536  # status line + headers
 MAX_CHUNK_SIZE_LINE = 1024
@@ -133,9 +134,12 @@ class RawClient:
         self._idle.clear()
         for conn in conns:
             conn.close()
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                await conn.writer.wait_closed()
+        # A peer that never answers the close (TLS close_notify) does not hold up the end.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                for conn in conns:
+                    with contextlib.suppress(Exception):
+                        await conn.writer.wait_closed()
 
     @contextlib.asynccontextmanager
     async def post(

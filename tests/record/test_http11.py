@@ -10,13 +10,17 @@ import ssl
 import statistics
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sweeper.record import recorder
 from sweeper.record.client import RequestSpec, stream_request
+from sweeper.record.config import RecordConfig, RequestCount
 from sweeper.record.http11 import RawClient, split_url, ssl_context_for
 from sweeper.record.workload import completion_body
+from sweeper.store import load_trace_set
 from sweeper.testing.server import ServerProcess, ServerThread
 
 OUTPUT_LEN = 8
@@ -235,3 +239,34 @@ def test_https_urls_get_a_verifying_tls_context() -> None:
     assert ssl_context_for(plain) is None and plain.host_header == "127.0.0.1:8000"
     with pytest.raises(ValueError, match="http:// or https://"):
         split_url("unix:///tmp/sock")
+
+
+@pytest.mark.parametrize("http_client", ["raw", "httpx"])
+def test_the_sweep_streams_over_the_chosen_client(
+    server: ServerThread, tmp_path: Path, http_client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--http-client raw`` (the default) streams over RawClient, one connection per stream
+    slot; ``httpx`` streams over the httpx client. Both record every request, with the key."""
+    made: list[RawClient] = []
+
+    class CountingRawClient(RawClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(recorder, "RawClient", CountingRawClient)
+    config = RecordConfig(
+        base_url=server.base_url, input_len=8, output_len=4, concurrency=[1, 3],
+        requests_per_level=RequestCount(fixed=6), warmup=0, out=tmp_path, run_id=http_client,
+        metrics_urls=[], http_client="httpx" if http_client == "httpx" else "raw",
+        api_key="s3cret-key",
+    )  # fmt: skip
+    ts = load_trace_set(recorder.record_sweep(config))
+    assert len(ts.requests) == 12 and all(r.status == "ok" for r in ts.requests)
+    if http_client == "raw":
+        assert len(made) == 1 and made[0].connects == 3  # the 3-stream level reused level 1's
+        assert made[0].headers == {"Authorization": "Bearer s3cret-key"}
+    else:
+        assert made == []
+    for path in (tmp_path / http_client).rglob("*"):
+        assert "s3cret-key" not in path.read_text(errors="replace"), path
