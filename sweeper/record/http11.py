@@ -41,6 +41,7 @@ CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
 HTTP_CONTINUE_MIN, HTTP_CONTINUE_MAX = 100, 199
 SWITCHING_PROTOCOLS = 101
+NO_BODY_STATUSES = (204, 304)  # never a body, whatever the headers say
 
 
 class RawHTTPError(Exception):
@@ -242,6 +243,8 @@ class RawResponse:
             if self._remaining < 0:
                 raise ProtocolViolation(f"bad Content-Length {self._remaining}")
             self._complete = self._remaining == 0
+        if status in NO_BODY_STATUSES:
+            self._chunked, self._remaining, self._complete = False, 0, True
         self._buffer = bytearray()  # chunked: bytes read, not yet decoded
         self._chunk_left = 0  # data bytes left in the current chunk
         self._stage = "size"  # chunked: size, data, data_end, trailer

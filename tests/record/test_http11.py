@@ -213,8 +213,9 @@ async def test_a_connection_closed_at_the_moment_of_reuse_is_retried_once() -> N
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "reset", 0),
         (_content_length(_sse_body())[:-40], "stream_cut", 2),
         (b"HTTP/1.1 404 Not Found\r\ncontent-length: 9\r\n\r\nno model!", "http", 0),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", "stream_cut", 0),
     ],
-    ids=["status-line", "chunk-size", "short-content-length", "http-404"],
+    ids=["status-line", "chunk-size", "short-content-length", "http-404", "no-content"],
 )
 async def test_broken_responses_map_to_the_error_kinds(
     answer: bytes, kind: str, chunks: int
