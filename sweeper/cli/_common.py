@@ -1,14 +1,16 @@
-"""Helpers shared by the CLI commands: error translation and option parsing."""
+"""Helpers shared by the CLI commands: error translation, option parsing, the RUN argument."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from sweeper.errors import SweeperError
+from sweeper.store import DEFAULT_TRACES_DIR, TraceSet, load_trace_set, resolve_run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,3 +39,20 @@ def parse_labels(values: tuple[str, ...]) -> dict[str, str]:
             )
         labels[key.strip()] = value
     return labels
+
+
+def traces_option(help_text: str = "Where run ids are looked up.") -> Callable[[F], F]:
+    """The ``--traces`` folder option (parameter ``traces_dir``, default ``traces/``)."""
+    return click.option(
+        "--traces",
+        "traces_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=DEFAULT_TRACES_DIR,
+        show_default=True,
+        help=help_text,
+    )
+
+
+def load_run(run: str, traces_dir: Path) -> TraceSet:
+    """The trace set a RUN argument names: a trace-set folder, or a run id under ``traces_dir``."""
+    return load_trace_set(resolve_run(run, traces_dir))

@@ -11,20 +11,12 @@ from pathlib import Path
 
 import click
 
-from sweeper.cli._common import friendly_errors
+from sweeper.cli._common import friendly_errors, traces_option
 from sweeper.site import GENERATED_DIRS, build_markdown, load_entries
-from sweeper.store import DEFAULT_TRACES_DIR
 
 
 @click.command("build")
-@click.option(
-    "--traces",
-    "traces_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_TRACES_DIR,
-    show_default=True,
-    help="The folder of trace sets to publish.",
-)
+@traces_option("The folder of trace sets to publish.")
 @click.option(
     "--out",
     "out_dir",

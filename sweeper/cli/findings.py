@@ -11,10 +11,9 @@ from pathlib import Path
 
 import click
 
-from sweeper.cli._common import friendly_errors
+from sweeper.cli._common import friendly_errors, load_run, traces_option
 from sweeper.findings import analyze_run, findings_json, parse_slos
 from sweeper.i18n import LANGUAGES, N_, gettext
-from sweeper.store import DEFAULT_TRACES_DIR, load_trace_set, resolve_run
 
 _SEVERITY_MARK = {"info": "·", "notice": "!", "warning": "!!", "critical": "!!!", "unknown": "?"}
 
@@ -43,14 +42,7 @@ _SEVERITY_MARK = {"info": "·", "notice": "!", "warning": "!!", "critical": "!!!
     help="Your service level, all terms together, e.g. 'ttft_p99<=2s,itl_p50<=25ms' "
     "(metrics ttft/tpot/itl/e2el; stats mean/p50/p90/p95/p99; units ms/s/us).",
 )
-@click.option(
-    "--traces",
-    "traces_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_TRACES_DIR,
-    show_default=True,
-    help="Where run ids are looked up.",
-)
+@traces_option()
 @friendly_errors
 def findings_command(run: str, lang: str, fmt: str, slo: str | None, traces_dir: Path) -> None:
     """Write the findings of RUN (a trace-set folder, or a run id under --traces).
@@ -62,7 +54,7 @@ def findings_command(run: str, lang: str, fmt: str, slo: str | None, traces_dir:
       sweeper findings qwen7b-4090-20261129 --format json > findings.json
     """
     slos = parse_slos(slo) if slo else None
-    ts = load_trace_set(resolve_run(run, traces_dir))
+    ts = load_run(run, traces_dir)
     found = analyze_run(ts, slos=slos)
     if fmt == "json":
         click.echo(

@@ -11,8 +11,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from sweeper.cli._common import friendly_errors
-from sweeper.store import DEFAULT_TRACES_DIR, load_trace_set, resolve_run
+from sweeper.cli._common import friendly_errors, load_run, traces_option
 from sweeper.summary import render_summary, summarize, summary_csv
 
 
@@ -27,14 +26,7 @@ from sweeper.summary import render_summary, summarize, summary_csv
     help="table: rich tables in the terminal; json: the stable contract (docs/summary-json.md); "
     "csv: one row per level.",
 )
-@click.option(
-    "--traces",
-    "traces_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_TRACES_DIR,
-    show_default=True,
-    help="Where run ids are looked up.",
-)
+@traces_option()
 @friendly_errors
 def summary_command(run: str, fmt: str, traces_dir: Path) -> None:
     """Print the per-level numbers of RUN (a trace-set folder, or a run id under --traces).
@@ -44,7 +36,7 @@ def summary_command(run: str, fmt: str, traces_dir: Path) -> None:
       sweeper summary qwen7b-4090-20261129
       sweeper summary traces/qwen7b-4090-20261129 --format json > summary.json
     """
-    ts = load_trace_set(resolve_run(run, traces_dir))
+    ts = load_run(run, traces_dir)
     summary = summarize(ts)
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2, allow_nan=False))
