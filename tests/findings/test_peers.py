@@ -4,40 +4,11 @@ they run without error and say what they cannot conclude."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
-
-from sweeper.cli import cli
-
-# The peer data is read where the importers' tests read it: $SWEEPER_SHARED/data/peers
-# (default ../shared beside the repository); without it these tests are skipped (failed under CI).
-SHARED = Path(
-    os.environ.get("SWEEPER_SHARED", Path(__file__).resolve().parents[2] / ".." / "shared")
-)
-PEERS = SHARED.resolve() / "data" / "peers"
-AIPERF_011 = "aiperf-0.1.1-gpt-oss-20b-c100"
-AIPERF_08 = "aiperf-0.8-minimax-m2.5-fp8-mi355x-vllm-tp1"
-LLMPERF = "llmperf-yi-1.5-34b-4xa10g-vllm"
-
-
-def peer(name: str) -> Path:
-    path = PEERS / name
-    if not path.is_dir():
-        message = f"peer data set {path} not found (set SWEEPER_SHARED to the shared folder)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def run_cli(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
+from _peers import AIPERF_011, AIPERF_08, LLMPERF, peer, run_cli
 
 
 def findings_of(kind: str, name: str, out: Path, *extra: str) -> dict[str, dict[str, Any]]:

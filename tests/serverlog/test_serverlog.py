@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from _peers import PEERS
 
 from sweeper.schema import Fact, RunManifest, Source
 from sweeper.serverlog import GIB_BYTES, apply_server_log, parse_server_log
 
 DATA = Path(__file__).parent / "data"
 CPU_LOG = DATA / "vllm-0.32-cpu-default.log"
-PEERS = Path(__file__).resolve().parents[3] / "shared" / "data" / "peers"
 PEER_LOGS = sorted(PEERS.glob("aiperf-0.8-*/conc*/server.log"))
 
 

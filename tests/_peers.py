@@ -1,4 +1,5 @@
-"""Where the peer data sets live, and helpers to import them through the real CLI.
+"""Where the peer data sets live, and helpers to import them through the real CLI (shared by the
+importers, findings and serverlog tests).
 
 The data (real results of AIPerf and LLMPerf, see ../shared/data/peers/README.md) is read at test
 time from ``$SWEEPER_SHARED/data/peers`` (default: ``../shared`` beside the repository), never
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 
 from sweeper.cli import cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SWEEPER_SHARED", ROOT / ".." / "shared")).resolve()
 PEERS = SHARED / "data" / "peers"
 
