@@ -70,8 +70,9 @@ class _Page:
         self.add("#" * level + " " + text)
 
     def figure(self, title: str, chart: Any, caption: str) -> None:
+        """A numbered figure; ``caption`` is plain text (escaped here)."""
         self.figures += 1
-        self.add(figure_html(self.figures, self.lang, title, chart, caption))
+        self.add(figure_html(self.figures, self.lang, title, chart, html.escape(caption)))
 
     def finding(self, finding_id: str) -> bool:
         found = self.run.finding(finding_id)
@@ -249,24 +250,20 @@ def _curve_sections(page: _Page) -> None:
     page.figure(
         tr(lang, "Throughput-latency trade-off"),
         charts.chart_throughput_latency(levels, chart_labels(lang, "throughput_latency")),
-        html.escape(
-            tr(
-                lang,
-                "Each point is one concurrency level: output tokens per second against the p50 and p99 "
-                "time to first token (log scale). The grey bands are common service levels for p99 TTFT.",
-            )
+        tr(
+            lang,
+            "Each point is one concurrency level: output tokens per second against the p50 and p99 "
+            "time to first token (log scale). The grey bands are common service levels for p99 TTFT.",
         ),
     )
     page.heading(tr(lang, "Scaling: measured against ideal"))
     page.figure(
         tr(lang, "Scaling efficiency"),
         charts.chart_scaling(levels, chart_labels(lang, "scaling")),
-        html.escape(
-            tr(
-                lang,
-                "Log-log axes: ideal linear scaling (the lowest level's rate per stream times C) is a straight "
-                "line. The label at each point is its scaling efficiency, throughput / ideal.",
-            )
+        tr(
+            lang,
+            "Log-log axes: ideal linear scaling (the lowest level's rate per stream times C) is a straight "
+            "line. The label at each point is its scaling efficiency, throughput / ideal.",
         ),
     )
     page.finding("scaling")
@@ -274,12 +271,10 @@ def _curve_sections(page: _Page) -> None:
     page.figure(
         tr(lang, "Marginal throughput per added concurrency slot"),
         charts.chart_marginal_gain(levels, chart_labels(lang, "marginal_gain")),
-        html.escape(
-            tr(
-                lang,
-                "Bar height = added throughput / added concurrency between two levels. The dashed line is "
-                "the per-stream rate of the lowest level.",
-            )
+        tr(
+            lang,
+            "Bar height = added throughput / added concurrency between two levels. The dashed line is "
+            "the per-stream rate of the lowest level.",
         ),
     )
     page.finding("roofline")
@@ -293,12 +288,10 @@ def _tail_sections(page: _Page) -> None:
         page.figure(
             tr(lang, "ITL percentile split (log scale)"),
             charts.chart_itl_split(levels, chart_labels(lang, "itl_split")),
-            html.escape(
-                tr(
-                    lang,
-                    "The shaded area spans p50 to p99 of the gaps between tokens. The mean sits between "
-                    "them and stands for neither.",
-                )
+            tr(
+                lang,
+                "The shaded area spans p50 to p99 of the gaps between tokens. The mean sits between "
+                "them and stands for neither.",
             ),
         )
         page.finding("itl_tail")
@@ -314,11 +307,9 @@ def _tail_sections(page: _Page) -> None:
         page.figure(
             tr(lang, "E2EL breakdown at p50: first token vs decode"),
             charts.chart_e2el_breakdown(e2el, chart_labels(lang, "e2el_breakdown")),
-            html.escape(
-                tr(
-                    lang,
-                    "Median end-to-end latency per level, split into time to first token and decoding time.",
-                )
+            tr(
+                lang,
+                "Median end-to-end latency per level, split into time to first token and decoding time.",
             ),
         )
     _kv_section(page)
@@ -359,7 +350,7 @@ def _kv_section(page: _Page) -> None:
             tokens_per_request=per_request,
             observed=observed,
         ),
-        html.escape(caption),
+        caption,
     )
 
 
@@ -386,13 +377,11 @@ def _timeline_section(page: _Page) -> None:
     page.figure(
         tr(lang, "Request timeline at C={concurrency}").format(concurrency=level),
         charts.chart_request_timeline(run.requests, level, chart_labels(lang, "request_timeline")),
-        html.escape(
-            tr(
-                lang,
-                "The first {shown} requests of the level in send order: waiting for the first token, then "
-                "decoding; the tick marks the first token.",
-            ).format(shown=shown)
-        ),
+        tr(
+            lang,
+            "The first {shown} requests of the level in send order: waiting for the first token, then "
+            "decoding; the tick marks the first token.",
+        ).format(shown=shown),
     )
 
 
