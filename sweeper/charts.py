@@ -605,6 +605,30 @@ def _compare_frame(levels_by_run: pd.DataFrame, columns: Sequence[str], chart: s
     return frame
 
 
+def _compare_curves(
+    frame: pd.DataFrame, x: str, y: str, lab: Mapping[str, str], *, log_y: bool
+) -> alt.Chart:
+    """One line per run (``run`` column) through its levels in concurrency order."""
+    y_scale = alt.Scale(type="log") if log_y else alt.Undefined
+    chart = (
+        _base(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:Q", title=lab["x"]),
+            y=alt.Y(f"{y}:Q", title=lab["y"], scale=y_scale),
+            color=alt.Color("run:N", title=lab["run"]),
+            order="concurrency:Q",
+            tooltip=[
+                alt.Tooltip("run:N", title=lab["run"]),
+                alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+                alt.Tooltip(f"{x}:Q", format=",.1f"),
+                alt.Tooltip(f"{y}:Q", format=",.1f"),
+            ],
+        )
+    )
+    return _finish(chart)
+
+
 def chart_compare_latency(
     levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.Chart:
@@ -614,23 +638,7 @@ def chart_compare_latency(
         levels_by_run, ["output_throughput_tok_s", "ttft_ms_p99"], "compare_latency"
     )
     frame = frame[frame["ttft_ms_p99"] > 0]
-    chart = (
-        _base(frame)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("output_throughput_tok_s:Q", title=lab["x"]),
-            y=alt.Y("ttft_ms_p99:Q", title=lab["y"], scale=alt.Scale(type="log")),
-            color=alt.Color("run:N", title=lab["run"]),
-            order="concurrency:Q",
-            tooltip=[
-                alt.Tooltip("run:N", title=lab["run"]),
-                alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
-                alt.Tooltip("output_throughput_tok_s:Q", format=",.1f"),
-                alt.Tooltip("ttft_ms_p99:Q", format=",.1f"),
-            ],
-        )
-    )
-    return _finish(chart)
+    return _compare_curves(frame, "output_throughput_tok_s", "ttft_ms_p99", lab, log_y=True)
 
 
 def chart_compare_per_gpu(
@@ -642,23 +650,9 @@ def chart_compare_per_gpu(
     frame = _compare_frame(
         levels_by_run, ["gen_tok_s_p50", "output_throughput_per_gpu_tok_s"], "compare_per_gpu"
     )
-    chart = (
-        _base(frame)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("gen_tok_s_p50:Q", title=lab["x"]),
-            y=alt.Y("output_throughput_per_gpu_tok_s:Q", title=lab["y"]),
-            color=alt.Color("run:N", title=lab["run"]),
-            order="concurrency:Q",
-            tooltip=[
-                alt.Tooltip("run:N", title=lab["run"]),
-                alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
-                alt.Tooltip("gen_tok_s_p50:Q", format=",.1f"),
-                alt.Tooltip("output_throughput_per_gpu_tok_s:Q", format=",.1f"),
-            ],
-        )
+    return _compare_curves(
+        frame, "gen_tok_s_p50", "output_throughput_per_gpu_tok_s", lab, log_y=False
     )
-    return _finish(chart)
 
 
 RUN_CHARTS = (
