@@ -18,6 +18,12 @@ CPU_LOG = DATA / "vllm-0.32-cpu-default.log"
 PEER_LOGS = sorted(PEERS.glob("aiperf-0.8-*/conc*/server.log"))
 
 
+def value_of(fact: Fact | None) -> object:
+    """The fact's value; fails when the parser found no fact at all."""
+    assert fact is not None
+    return fact.value
+
+
 def _manifest() -> RunManifest:
     return RunManifest(
         run_id="r1",
@@ -39,10 +45,8 @@ def test_real_cpu_vllm_log() -> None:
     config = log.config
     # The values the same server reported on /metrics (vllm:cache_config_info) at the time.
     assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 65_536
-    assert config.kv_cache_memory_bytes is not None
-    assert config.kv_cache_memory_bytes.value == 268_435_456
-    assert config.kv_cache_max_concurrency is not None
-    assert config.kv_cache_max_concurrency.value == 32.0
+    assert value_of(config.kv_cache_memory_bytes) == 268_435_456
+    assert value_of(config.kv_cache_max_concurrency) == 32.0
     assert config.max_model_len is not None and config.max_model_len.value == 2048
     assert config.dtype is not None and config.dtype.value == "float32"
     assert config.enable_chunked_prefill is not None and config.enable_chunked_prefill.value is True
@@ -75,18 +79,14 @@ def test_peer_vllm_022_logs(path: Path) -> None:
     command = (path.parent / "vllm_command.txt").read_text()
     seqs = int(re.search(r"--max-num-seqs[ =](\d+)", command).group(1))  # type: ignore[union-attr]
     assert config.max_num_seqs is not None and config.max_num_seqs.value == seqs
-    assert config.gpu_memory_utilization is not None
-    assert config.gpu_memory_utilization.value == 0.95
+    assert value_of(config.gpu_memory_utilization) == 0.95
     assert config.kv_cache_dtype is not None and config.kv_cache_dtype.value == "fp8"
     assert config.block_size is not None and config.block_size.value == 32
     size = re.search(r"GPU KV cache size: ([\d,]+) tokens", text)
     assert size is not None
-    assert config.kv_cache_tokens is not None
-    assert config.kv_cache_tokens.value == int(size.group(1).replace(",", ""))
-    assert config.max_num_batched_tokens is not None
-    assert config.max_num_batched_tokens.value == 8192
-    assert config.weights_memory_bytes is not None
-    assert config.weights_memory_bytes.value == round(214.51 * GIB_BYTES)
+    assert value_of(config.kv_cache_tokens) == int(size.group(1).replace(",", ""))
+    assert value_of(config.max_num_batched_tokens) == 8192
+    assert value_of(config.weights_memory_bytes) == round(214.51 * GIB_BYTES)
     stat_lines = [ln for ln in text.split("\n") if "Avg prompt throughput" in ln]
     assert len(log.stats) == len(stat_lines) > 0
     # Running never exceeds --max-num-seqs: the scheduler line was read field by field right.
@@ -127,32 +127,21 @@ NEW_ACCOUNTING = (
 def test_new_memory_accounting() -> None:
     config = parse_server_log(NEW_ACCOUNTING).config
     assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 86_896
-    assert config.kv_cache_memory_bytes is not None
-    assert config.kv_cache_memory_bytes.value == round(4.64 * GIB_BYTES)
-    assert config.suggested_kv_cache_memory_bytes is not None
-    assert config.suggested_kv_cache_memory_bytes.value == 6_569_114_112
+    assert value_of(config.kv_cache_memory_bytes) == round(4.64 * GIB_BYTES)
+    assert value_of(config.suggested_kv_cache_memory_bytes) == 6_569_114_112
     assert config.extra["kv_cache_memory_bytes_full_device"].value == 8_105_812_787
-    assert config.total_memory_bytes is not None
-    assert config.total_memory_bytes.value == round(23.52 * GIB_BYTES)
-    assert config.memory_budget_bytes is not None
-    assert config.memory_budget_bytes.value == round(21.17 * GIB_BYTES)
-    assert config.gpu_memory_utilization is not None
-    assert config.gpu_memory_utilization.value == 0.9
-    assert config.activation_peak_bytes is not None
-    assert config.activation_peak_bytes.value == round(1.04 * GIB_BYTES)
-    assert config.cuda_graph_memory_bytes is not None
-    assert config.cuda_graph_memory_bytes.value == round(0.34 * GIB_BYTES)
-    assert config.weights_memory_bytes is not None
-    assert config.weights_memory_bytes.value == round(14.25 * GIB_BYTES)
+    assert value_of(config.total_memory_bytes) == round(23.52 * GIB_BYTES)
+    assert value_of(config.memory_budget_bytes) == round(21.17 * GIB_BYTES)
+    assert value_of(config.gpu_memory_utilization) == 0.9
+    assert value_of(config.activation_peak_bytes) == round(1.04 * GIB_BYTES)
+    assert value_of(config.cuda_graph_memory_bytes) == round(0.34 * GIB_BYTES)
+    assert value_of(config.weights_memory_bytes) == round(14.25 * GIB_BYTES)
     # consumed (weights + non-torch) minus weights
-    assert config.non_torch_memory_bytes is not None
-    assert config.non_torch_memory_bytes.value == round(15.49 * GIB_BYTES) - round(
+    assert value_of(config.non_torch_memory_bytes) == round(15.49 * GIB_BYTES) - round(
         14.25 * GIB_BYTES
     )
-    assert config.max_num_batched_tokens is not None
-    assert config.max_num_batched_tokens.value == 2048
-    assert config.kv_cache_max_concurrency is not None
-    assert config.kv_cache_max_concurrency.value == 42.43
+    assert value_of(config.max_num_batched_tokens) == 2048
+    assert value_of(config.kv_cache_max_concurrency) == 42.43
 
 
 # vLLM 0.6 - 0.10 (V0 engine): one profiling summary over three lines, blocks instead of tokens.
@@ -173,21 +162,14 @@ def test_old_memory_accounting_and_v0_stats() -> None:
     log = parse_server_log(OLD_ACCOUNTING)
     assert log.engine == "vllm" and log.version == "0.6.3.post1"
     config = log.config
-    assert config.total_memory_bytes is not None
-    assert config.total_memory_bytes.value == round(79.25 * GIB_BYTES)
-    assert config.memory_budget_bytes is not None
-    assert config.memory_budget_bytes.value == round(71.33 * GIB_BYTES)
-    assert config.weights_memory_bytes is not None
-    assert config.weights_memory_bytes.value == round(14.99 * GIB_BYTES)
-    assert config.non_torch_memory_bytes is not None
-    assert config.non_torch_memory_bytes.value == round(0.26 * GIB_BYTES)
-    assert config.activation_peak_bytes is not None
-    assert config.activation_peak_bytes.value == round(1.39 * GIB_BYTES)
-    assert config.kv_cache_memory_bytes is not None
-    assert config.kv_cache_memory_bytes.value == round(54.69 * GIB_BYTES)
+    assert value_of(config.total_memory_bytes) == round(79.25 * GIB_BYTES)
+    assert value_of(config.memory_budget_bytes) == round(71.33 * GIB_BYTES)
+    assert value_of(config.weights_memory_bytes) == round(14.99 * GIB_BYTES)
+    assert value_of(config.non_torch_memory_bytes) == round(0.26 * GIB_BYTES)
+    assert value_of(config.activation_peak_bytes) == round(1.39 * GIB_BYTES)
+    assert value_of(config.kv_cache_memory_bytes) == round(54.69 * GIB_BYTES)
     assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 28_001
-    assert config.kv_cache_max_concurrency is not None
-    assert config.kv_cache_max_concurrency.value == 13.67
+    assert value_of(config.kv_cache_max_concurrency) == 13.67
     assert len(log.stats) == 1
     stat = log.stats[0]
     assert (stat.running, stat.waiting, stat.kv_usage) == (4, 2, 0.125)
@@ -212,18 +194,14 @@ def test_sglang_log() -> None:
     assert log.engine == "sglang"
     config = log.config
     assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 1_033_338
-    assert config.max_num_batched_tokens is not None
-    assert config.max_num_batched_tokens.value == 8192
+    assert value_of(config.max_num_batched_tokens) == 8192
     assert config.enable_chunked_prefill is not None and config.enable_chunked_prefill.value
     assert config.max_num_seqs is not None and config.max_num_seqs.value == 4097
     assert config.max_model_len is not None and config.max_model_len.value == 32768
     assert config.tensor_parallel_size is not None and config.tensor_parallel_size.value == 2
-    assert config.gpu_memory_utilization is not None
-    assert config.gpu_memory_utilization.value == 0.88
-    assert config.kv_cache_memory_bytes is not None
-    assert config.kv_cache_memory_bytes.value == 2 * round(27.59 * GIB_BYTES)
-    assert config.weights_memory_bytes is not None
-    assert config.weights_memory_bytes.value == round(7.25 * GIB_BYTES)
+    assert value_of(config.gpu_memory_utilization) == 0.88
+    assert value_of(config.kv_cache_memory_bytes) == 2 * round(27.59 * GIB_BYTES)
+    assert value_of(config.weights_memory_bytes) == round(7.25 * GIB_BYTES)
     assert config.dtype is not None and config.dtype.value == "bfloat16"
     assert "api_key" not in config.extra
     # The key's value never reaches a fact's detail either, though the line it sits on is kept.
@@ -251,8 +229,7 @@ def test_apply_fills_only_gaps() -> None:
     assert config.max_model_len is not None and config.max_model_len.source == "log"
     assert config.extra["enforce_eager"].value is True
     assert manifest.server.engine == "vllm"
-    assert manifest.server.version is not None
-    assert manifest.server.version.value == "0.32.0"
+    assert value_of(manifest.server.version) == "0.32.0"
     assert manifest.server.version.source == "log"
     # The manifest still validates and round-trips with the log's facts in it.
     assert RunManifest.model_validate_json(manifest.model_dump_json()) == manifest
@@ -273,8 +250,7 @@ def test_secrets_are_masked() -> None:
     )
     config = parse_server_log(line).config
     assert config.max_num_seqs is not None and config.max_num_seqs.value == 4
-    assert config.max_num_batched_tokens is not None
-    assert config.max_num_batched_tokens.value == 512
+    assert value_of(config.max_num_batched_tokens) == 512
     detail = config.max_num_seqs.detail or ""
     assert "sk-abc" not in detail and "hf_xyz" not in detail and "'max_num_seqs': 4" in detail
     assert "api_key" not in config.extra and "hf_token" not in config.extra
@@ -305,6 +281,5 @@ def test_sample_runs_server_logs_carry_their_flags() -> None:
     chunked = parse_server_log(
         (TRACES / "small-vllm-cpu-chunked-prefill" / "server.log").read_text()
     ).config
-    assert chunked.max_num_batched_tokens is not None
-    assert chunked.max_num_batched_tokens.value == 256
+    assert value_of(chunked.max_num_batched_tokens) == 256
     assert chunked.enable_chunked_prefill is not None and chunked.enable_chunked_prefill.value
