@@ -163,13 +163,7 @@ def _cache_fact(row: dict[str, str], level: LevelFiles) -> None:
     elif raw in ("None", ""):
         return
     else:
-        try:
-            value = int(raw)
-        except ValueError:
-            try:
-                value = float(raw)
-            except ValueError:
-                value = raw
+        value = _number_or_text(raw)
     level.config[_CACHE_INFO[row["Key"]]] = Fact(
         value=value,
         source="metrics",
@@ -236,14 +230,7 @@ def read_vllm_command(path: Path, level: LevelFiles) -> None:
         if field is None:
             continue
         raw = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-        value: int | float | str = raw
-        try:
-            value = int(raw)
-        except ValueError:
-            try:
-                value = float(raw)
-            except ValueError:
-                value = raw
+        value = _number_or_text(raw)
         level.config.setdefault(
             field, Fact(value=value, source="user", detail=f"{flag} in {path.name}")
         )
@@ -302,3 +289,14 @@ def merge_server(levels: list[LevelFiles], warnings: list[str]) -> Server:
         else None
     )
     return Server(engine=engine, config=config)
+
+
+def _number_or_text(raw: str) -> int | float | str:
+    """``"8"`` -> 8, ``"0.9"`` -> 0.9, anything else stays text."""
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw

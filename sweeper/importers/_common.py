@@ -63,14 +63,19 @@ class Imported:
 # reading
 
 
-def read_json(path: Path, what: str) -> Any:
-    """Parse a whole JSON file; a truncated or non-JSON file is an ImportFormatError."""
+def _read_text(path: Path, what: str) -> str:
+    """The file as UTF-8 text; unreadable or binary is an ImportFormatError naming ``what``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ImportFormatError(f"cannot read it ({exc.strerror})", path) from exc
     except UnicodeDecodeError as exc:
         raise ImportFormatError(f"not a text file; expected {what}", path) from exc
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Parse a whole JSON file; a truncated or non-JSON file is an ImportFormatError."""
+    text = _read_text(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -82,12 +87,7 @@ def read_json(path: Path, what: str) -> Any:
 
 def iter_json_lines(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-empty line of a JSON-lines file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ImportFormatError(f"cannot read it ({exc.strerror})", path) from exc
-    except UnicodeDecodeError as exc:
-        raise ImportFormatError(f"not a text file; expected {what}", path) from exc
+    text = _read_text(path, what)
     lines = text.split("\n")
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
