@@ -285,6 +285,18 @@ def _slo_words(slos: Sequence[SLO]) -> _V:
 # Inputs
 
 
+def _level_cell(frame: pd.DataFrame | None, concurrency: int, name: str) -> float:
+    """``frame[name]`` at one concurrency level as a float; NaN when the frame, the column, the
+    level or the number is missing."""
+    if frame is None or frame.empty or name not in frame.columns:
+        return math.nan
+    row = frame[frame["concurrency"] == concurrency]
+    if row.empty:
+        return math.nan
+    v = pd.to_numeric(row[name], errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) else math.nan
+
+
 @dataclass
 class RunData:
     """What the findings read: the manifest and the frames of :mod:`sweeper.metrics` and
@@ -308,22 +320,10 @@ class RunData:
         return series if series.notna().any() else None
 
     def value(self, concurrency: int, name: str) -> float:
-        if name not in self.levels.columns:
-            return math.nan
-        row = self.levels[self.levels["concurrency"] == concurrency]
-        if row.empty:
-            return math.nan
-        v = pd.to_numeric(row[name], errors="coerce").iloc[0]
-        return float(v) if pd.notna(v) else math.nan
+        return _level_cell(self.levels, concurrency, name)
 
     def server_value(self, concurrency: int, name: str) -> float:
-        if self.server is None or self.server.empty or name not in self.server.columns:
-            return math.nan
-        row = self.server[self.server["concurrency"] == concurrency]
-        if row.empty:
-            return math.nan
-        v = pd.to_numeric(row[name], errors="coerce").iloc[0]
-        return float(v) if pd.notna(v) else math.nan
+        return _level_cell(self.server, concurrency, name)
 
     @property
     def concurrencies(self) -> list[int]:
