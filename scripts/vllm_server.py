@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -211,13 +211,6 @@ class VllmServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running_vllm(model: Path | str = DEFAULT_MODEL, **kwargs: object) -> Iterator[VllmServer]:
-    server = VllmServer(model, **kwargs)  # type: ignore[arg-type]
-    with server:
-        yield server
 
 
 def _serve(args: argparse.Namespace) -> int:
