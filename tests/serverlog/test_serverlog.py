@@ -33,10 +33,6 @@ def _manifest() -> RunManifest:
     )
 
 
-def _metrics_line(text: str, name: str) -> str:
-    return next(line for line in text.splitlines() if name in line)
-
-
 def test_real_cpu_vllm_log() -> None:
     text = CPU_LOG.read_text()
     log = parse_server_log(text)
@@ -44,13 +40,13 @@ def test_real_cpu_vllm_log() -> None:
     assert log.version == "0.32.0"
     config = log.config
     # The values the same server reported on /metrics (vllm:cache_config_info) at the time.
-    assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 65_536
+    assert value_of(config.kv_cache_tokens) == 65_536
     assert value_of(config.kv_cache_memory_bytes) == 268_435_456
     assert value_of(config.kv_cache_max_concurrency) == 32.0
-    assert config.max_model_len is not None and config.max_model_len.value == 2048
-    assert config.dtype is not None and config.dtype.value == "float32"
+    assert value_of(config.max_model_len) == 2048
+    assert value_of(config.dtype) == "float32"
     assert config.enable_chunked_prefill is not None and config.enable_chunked_prefill.value is True
-    assert config.tensor_parallel_size is not None and config.tensor_parallel_size.value == 1
+    assert value_of(config.tensor_parallel_size) == 1
     # Every fact says it came from the log and carries its line.
     for name, fact in config:
         if isinstance(fact, Fact):
@@ -78,10 +74,10 @@ def test_peer_vllm_022_logs(path: Path) -> None:
     config = log.config
     command = (path.parent / "vllm_command.txt").read_text()
     seqs = int(re.search(r"--max-num-seqs[ =](\d+)", command).group(1))  # type: ignore[union-attr]
-    assert config.max_num_seqs is not None and config.max_num_seqs.value == seqs
+    assert value_of(config.max_num_seqs) == seqs
     assert value_of(config.gpu_memory_utilization) == 0.95
-    assert config.kv_cache_dtype is not None and config.kv_cache_dtype.value == "fp8"
-    assert config.block_size is not None and config.block_size.value == 32
+    assert value_of(config.kv_cache_dtype) == "fp8"
+    assert value_of(config.block_size) == 32
     size = re.search(r"GPU KV cache size: ([\d,]+) tokens", text)
     assert size is not None
     assert value_of(config.kv_cache_tokens) == int(size.group(1).replace(",", ""))
@@ -126,7 +122,7 @@ NEW_ACCOUNTING = (
 
 def test_new_memory_accounting() -> None:
     config = parse_server_log(NEW_ACCOUNTING).config
-    assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 86_896
+    assert value_of(config.kv_cache_tokens) == 86_896
     assert value_of(config.kv_cache_memory_bytes) == round(4.64 * GIB_BYTES)
     assert value_of(config.suggested_kv_cache_memory_bytes) == 6_569_114_112
     assert config.extra["kv_cache_memory_bytes_full_device"].value == 8_105_812_787
@@ -168,7 +164,7 @@ def test_old_memory_accounting_and_v0_stats() -> None:
     assert value_of(config.non_torch_memory_bytes) == round(0.26 * GIB_BYTES)
     assert value_of(config.activation_peak_bytes) == round(1.39 * GIB_BYTES)
     assert value_of(config.kv_cache_memory_bytes) == round(54.69 * GIB_BYTES)
-    assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 28_001
+    assert value_of(config.num_gpu_blocks) == 28_001
     assert value_of(config.kv_cache_max_concurrency) == 13.67
     assert len(log.stats) == 1
     stat = log.stats[0]
@@ -193,16 +189,16 @@ def test_sglang_log() -> None:
     log = parse_server_log(SGLANG_LOG)
     assert log.engine == "sglang"
     config = log.config
-    assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 1_033_338
+    assert value_of(config.kv_cache_tokens) == 1_033_338
     assert value_of(config.max_num_batched_tokens) == 8192
     assert config.enable_chunked_prefill is not None and config.enable_chunked_prefill.value
-    assert config.max_num_seqs is not None and config.max_num_seqs.value == 4097
-    assert config.max_model_len is not None and config.max_model_len.value == 32768
-    assert config.tensor_parallel_size is not None and config.tensor_parallel_size.value == 2
+    assert value_of(config.max_num_seqs) == 4097
+    assert value_of(config.max_model_len) == 32768
+    assert value_of(config.tensor_parallel_size) == 2
     assert value_of(config.gpu_memory_utilization) == 0.88
     assert value_of(config.kv_cache_memory_bytes) == 2 * round(27.59 * GIB_BYTES)
     assert value_of(config.weights_memory_bytes) == round(7.25 * GIB_BYTES)
-    assert config.dtype is not None and config.dtype.value == "bfloat16"
+    assert value_of(config.dtype) == "bfloat16"
     assert "api_key" not in config.extra
     # The key's value never reaches a fact's detail either, though the line it sits on is kept.
     facts = [f for _, f in config if isinstance(f, Fact)] + list(config.extra.values())
@@ -223,7 +219,7 @@ def test_apply_fills_only_gaps() -> None:
     log = parse_server_log(CPU_LOG.read_text())
     apply_server_log(manifest, log)
     config = manifest.server.config
-    assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 1234
+    assert value_of(config.kv_cache_tokens) == 1234
     assert config.kv_cache_tokens.source == "metrics"
     assert config.max_num_seqs is not None and config.max_num_seqs.source == "user"
     assert config.max_model_len is not None and config.max_model_len.source == "log"
@@ -249,7 +245,7 @@ def test_secrets_are_masked() -> None:
         "['sk-abc'], 'max_num_seqs': 4, 'hf_token': 'hf_xyz', 'max_num_batched_tokens': 512}"
     )
     config = parse_server_log(line).config
-    assert config.max_num_seqs is not None and config.max_num_seqs.value == 4
+    assert value_of(config.max_num_seqs) == 4
     assert value_of(config.max_num_batched_tokens) == 512
     detail = config.max_num_seqs.detail or ""
     assert "sk-abc" not in detail and "hf_xyz" not in detail and "'max_num_seqs': 4" in detail
@@ -270,10 +266,10 @@ def test_sample_runs_server_logs_carry_their_flags() -> None:
     """The sample trace sets' logs (real vLLM CPU runs) give back the flags each was started with."""
     preemption = parse_server_log((TRACES / "small-vllm-cpu-preemption" / "server.log").read_text())
     config = preemption.config
-    assert config.max_num_seqs is not None and config.max_num_seqs.value == 4
-    assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 16
-    assert config.max_model_len is not None and config.max_model_len.value == 1024
-    assert config.kv_cache_tokens is not None and config.kv_cache_tokens.value == 16 * 128
+    assert value_of(config.max_num_seqs) == 4
+    assert value_of(config.num_gpu_blocks) == 16
+    assert value_of(config.max_model_len) == 1024
+    assert value_of(config.kv_cache_tokens) == 16 * 128
     # Its periodic lines saw the pool fill and requests queue; never more than 4 running.
     assert max(stat.running for stat in preemption.stats) <= 4
     assert max(stat.waiting for stat in preemption.stats) > 0
