@@ -28,7 +28,7 @@ from sweeper.schema import (
     Workload,
     check_run_id,
 )
-from sweeper.store import write_trace_set
+from sweeper.store import DEFAULT_TRACES_DIR, write_trace_set
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -187,7 +187,7 @@ class ImportOptions:
     """What the user adds on the command line; each matches a ``sweeper import`` option."""
 
     run_id: str | None = None
-    out: Path = Path("traces")
+    out: Path = DEFAULT_TRACES_DIR
     server_log: Path | None = None
     gpu: str | None = None
     gpu_count: int | None = None
