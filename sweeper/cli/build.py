@@ -27,8 +27,10 @@ from sweeper.site import GENERATED_DIRS, build_markdown, load_entries
 )
 @friendly_errors
 def build_command(traces_dir: Path, out_dir: Path) -> None:
-    """Write a report page per trace set (English page.md + Chinese page.zh.md), the index of
-    runs and the comparison pages, as Markdown with embedded Vega-Lite charts.
+    """Write the report pages of every trace set as Markdown (en + zh).
+
+    Per trace set runs/<run-id>/index.md (English) and index.zh.md (Chinese), the index of runs
+    (runs/index.md) and one comparison page per model (compare/), with embedded Vega-Lite charts.
 
     \b
     Examples:
