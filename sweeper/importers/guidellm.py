@@ -31,7 +31,6 @@ from sweeper.schema import RequestError, RequestTrace, Target, Workload
 REPORT_FILE = "benchmarks.json"
 WHAT = "a GuideLLM benchmarks.json ({metadata, benchmarks: [{config.strategy, requests}]})"
 STATUSES = (("successful", "ok"), ("errored", "error"), ("incomplete", "cancelled"))
-MS_PER_S = 1000.0
 PERCENTILES = ("p50", "p90", "p95", "p99")
 # GuideLLM metric -> sweeper level-frame metric (same definition)
 SAME_METRICS = {"time_to_first_token_ms": "ttft_ms", "inter_token_latency_ms": "tpot_ms"}

@@ -27,6 +27,7 @@ from typing import Any
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers._common import (
+    MS_PER_S,
     NS_PER_S,
     Imported,
     closed_loop_sends,
@@ -40,7 +41,6 @@ from sweeper.schema import RequestError, RequestTrace, Target, Workload
 RESPONSES_SUFFIX = "_individual_responses.json"
 SUMMARY_SUFFIX = "_summary.json"
 WHAT = "an LLMPerf *_individual_responses.json (a list of {ttft_s, end_to_end_latency_s, ...})"
-MS_PER_S = 1000.0
 S_PER_MIN = 60.0
 LATENCIES = {"ttft_ms": "results_ttft_s", "e2el_ms": "results_end_to_end_latency_s"}
 STATS = {

@@ -28,6 +28,7 @@ from typing import Any
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers._common import (
+    MS_PER_S,
     NS_PER_S,
     Imported,
     chunk_offsets_ns,
@@ -40,7 +41,6 @@ from sweeper.importers._common import (
 from sweeper.schema import RequestError, RequestTrace, Target, Workload
 
 WHAT = "a `vllm bench serve` result JSON (keys duration, completed, mean_ttft_ms, ...)"
-MS_PER_S = 1000.0
 DETAIL_KEYS = ("ttfts", "itls", "input_lens", "output_lens")
 METRICS = {"ttft_ms": "ttft", "tpot_ms": "tpot", "itl_ms": "itl", "e2el_ms": "e2el"}
 PERCENTILE_STATS = ("p90", "p95", "p99")
