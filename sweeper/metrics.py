@@ -100,10 +100,6 @@ def stats(values: np.ndarray) -> dict[str, float]:
     return out
 
 
-# kept for callers of the first version
-_stats = stats
-
-
 def request_frame(ts: TraceSet, *, include_warmup: bool = False) -> pd.DataFrame:
     """One row per request. Latencies in ms; ``send_s`` / ``end_s`` in s since the run's origin."""
     rows = [r for r in ts.requests if include_warmup or r.phase == "measured"]
