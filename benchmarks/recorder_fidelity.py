@@ -59,6 +59,8 @@ from sweeper.metrics import level_frame
 from sweeper.store import load_trace_set
 from sweeper.testing.server import spawn_server
 
+RESULTS_DIR = Path(__file__).resolve().parent / "results"  # default --out folder, any CWD
+
 TOOLS = ("sweeper", "sweeper-w2", "vllm", "aiperf", "guidellm")
 AVAILABLE = {
     "sweeper": sweeper_available,
@@ -387,7 +389,12 @@ def machine_info() -> dict[str, Any]:
 @click.option("--output-len", default=None, type=int, help="[default: 64; quick: 32]")
 @click.option("--requests-factor", default=2.0, show_default=True, help="Requests per level = "
               f"factor x concurrency (at least {MIN_REQUESTS}).")  # fmt: skip
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Results JSON.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Results JSON (default: benchmarks/results/fidelity-<time>.json).",
+)
 @click.option("--nice", "niceness", default=0, show_default=True, help="Priority of the server and "
               "the tools (negative needs root): keeps other jobs on a shared machine out of the "
               "figures.")  # fmt: skip
@@ -502,7 +509,7 @@ def main(
         "every_run": every_row if repeat > 1 else [],
         "summary": summary,
     }
-    target = out or Path("benchmarks/results") / (
+    target = out or RESULTS_DIR / (
         f"fidelity-{datetime.now(UTC):%Y%m%dT%H%M%S}{'-quick' if quick else ''}.json"
     )
     target.parent.mkdir(parents=True, exist_ok=True)
