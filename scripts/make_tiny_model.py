@@ -29,6 +29,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+MODELS_DIR = Path(__file__).resolve().parents[1] / ".models"
 SEED = 20260101
 VOCAB_SIZE = 4096
 TRAINING_LINES = 12000
@@ -203,11 +204,14 @@ def make_model(out: Path, size: str, force: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(".models/tiny"), help="model folder")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="model folder (default: .models/<size> in the repo)"
+    )
     parser.add_argument("--size", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--force", action="store_true", help="remake even if already there")
     args = parser.parse_args(argv)
-    make_model(args.out, args.size, args.force)
+    out = args.out or MODELS_DIR / args.size
+    make_model(out, args.size, args.force)
     return 0
 
 
