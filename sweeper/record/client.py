@@ -4,7 +4,8 @@ The clock is injected (``Clock``: a function returning monotonic nanoseconds), s
 drive it; the default is ``time.monotonic_ns`` (CLOCK_MONOTONIC on Linux, the clock every
 process on the host shares: a test server or a second recorder process reads the same one).
 
-Each network read is stamped once, when it returns; every event it completed gets that time.
+Each network read is stamped once, when it returns (httpx), or when its bytes arrived (the raw
+client, :mod:`sweeper.record.http11`); every event it completed gets that time.
 A failed request is data: its trace carries the error kind, HTTP status and message, and the
 chunks that arrived before the failure.
 """
@@ -222,7 +223,7 @@ async def _exchange(
     """Run the HTTP exchange; fill ``state``. Returns (status, body text) for an HTTP error."""
     headers = {REQUEST_ID_HEADER: header_id} if header_id else None
     if isinstance(client, RawClient):
-        async with client.post(url, body, headers) as raw_response:
+        async with client.post(url, body, headers, clock) as raw_response:
             return await _read_raw(raw_response, state, reader, clock, send_ns)
     async with client.stream("POST", url, json=body, headers=headers) as response:
         if response.status_code >= httpx.codes.BAD_REQUEST:
@@ -245,15 +246,16 @@ async def _exchange(
 async def _read_raw(
     response: RawResponse, state: _Stream, reader: ChunkReader, clock: Clock, send_ns: int
 ) -> tuple[int | None, str]:
-    """:func:`_exchange` for the raw client: each ``read_some`` is one socket read, stamped
-    when it returns."""
+    """:func:`_exchange` for the raw client: the bytes of each ``read_some`` are stamped with
+    the time they arrived (read in the event loop's data callback), not when this task got to
+    them, so other streams' parsing in the same burst does not shift this one's times."""
     if response.status_code >= httpx.codes.BAD_REQUEST:
         raw = await response.aread()
         state.end_ns = clock() - send_ns
         return response.status_code, raw.decode("utf-8", errors="replace")
     parser = SSEParser()
     while (data := await response.read_some()) is not None:
-        now = clock() - send_ns
+        now = response.arrival_ns - send_ns
         if not data:
             continue  # only chunked framing arrived
         state.bytes_seen = True

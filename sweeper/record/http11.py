@@ -6,7 +6,8 @@ milliseconds (docs/fidelity.md, "HTTP client"). This client does only what a str
 completion needs: one keep-alive connection per stream slot (a slot takes an idle connection or
 opens one, and gives it back after a complete response), ``POST`` with ``Content-Length``, and a
 response body framed by ``Content-Length``, chunked transfer encoding or the connection's close.
-Each :meth:`RawResponse.read_some` is one socket read; the caller stamps it.
+Each :meth:`RawResponse.read_some` returns what arrived; :attr:`RawResponse.arrival_ns` says when
+(stamped in the event loop's data callback, before any parsing).
 
 An idle connection the server has closed meanwhile (llama.cpp closes idle keep-alives after 5 s)
 is seen as closed before reuse and replaced; one that breaks in the instant of reuse fails before
@@ -25,9 +26,10 @@ import base64
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsIndex
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -92,9 +94,25 @@ def ssl_context_for(origin: Origin) -> ssl.SSLContext | None:
     return ssl.create_default_context() if origin.scheme == "https" else None
 
 
+class StampingReader(asyncio.StreamReader):
+    """A StreamReader that reads the clock each time bytes arrive (the event loop's data
+    callback), before any stream's parsing runs: ``arrival_ns`` is the arrival of the newest
+    unread bytes. Stamping there rather than when a task gets to its read keeps the work spent on
+    other streams' chunks (a burst of them) out of this one's timestamps."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.clock: Callable[[], int] = time.monotonic_ns
+        self.arrival_ns = 0
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        self.arrival_ns = self.clock()
+        super().feed_data(data)
+
+
 @dataclass(eq=False)
 class _Connection:
-    reader: asyncio.StreamReader
+    reader: StampingReader
     writer: asyncio.StreamWriter
 
     def usable(self) -> bool:
@@ -144,7 +162,11 @@ class RawClient:
 
     @contextlib.asynccontextmanager
     async def post(
-        self, url: str, body: Any, headers: Mapping[str, str] | None = None
+        self,
+        url: str,
+        body: Any,
+        headers: Mapping[str, str] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> AsyncIterator[RawResponse]:
         """POST ``body`` as JSON; yield the response with its head read. On leaving, a fully
         read keep-alive response gives its connection back; anything else closes it."""
@@ -154,6 +176,7 @@ class RawClient:
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         head = self._request_head(origin, target, basic, len(payload), headers)
         conn = await self._acquire(origin)
+        conn.reader.clock = clock  # the caller's clock stamps the arrivals
         response: RawResponse | None = None
         try:
             try:
@@ -203,9 +226,7 @@ class RawClient:
             conn.close()  # the server closed it while idle: open a fresh one
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                reader, writer = await asyncio.open_connection(
-                    origin.host, origin.port, ssl=ssl_context_for(origin), limit=MAX_HEAD_BYTES
-                )
+                reader, writer = await _open(origin)
         except TimeoutError as exc:
             raise ConnectFailed(
                 f"ConnectTimeout: no connection to {origin.host}:{origin.port} "
@@ -219,11 +240,22 @@ class RawClient:
         return conn
 
 
+async def _open(origin: Origin) -> tuple[StampingReader, asyncio.StreamWriter]:
+    """``asyncio.open_connection`` with a :class:`StampingReader`."""
+    loop = asyncio.get_running_loop()
+    reader = StampingReader(limit=MAX_HEAD_BYTES, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(
+        lambda: protocol, origin.host, origin.port, ssl=ssl_context_for(origin)
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 class RawResponse:
     """Status, headers, and the body read one socket read at a time."""
 
     def __init__(
-        self, reader: asyncio.StreamReader, version: str, status: int, headers: dict[str, str]
+        self, reader: StampingReader, version: str, status: int, headers: dict[str, str]
     ) -> None:
         self._reader = reader
         self.http_version = version
@@ -250,7 +282,7 @@ class RawResponse:
         self._stage = "size"  # chunked: size, data, data_end, trailer
 
     @classmethod
-    async def read_head(cls, reader: asyncio.StreamReader) -> RawResponse:
+    async def read_head(cls, reader: StampingReader) -> RawResponse:
         while True:
             try:
                 head = await reader.readuntil(HEAD_END)
@@ -276,9 +308,14 @@ class RawResponse:
             return "keep-alive" in connection
         return "close" not in connection
 
+    @property
+    def arrival_ns(self) -> int:
+        """When the newest bytes of the last :meth:`read_some` arrived (the caller's clock)."""
+        return self._reader.arrival_ns
+
     async def read_some(self) -> bytes | None:
         """The body bytes of the next socket read (b"" when it held only framing); None at the
-        end of the body."""
+        end of the body. :attr:`arrival_ns` says when they arrived."""
         if self._complete:
             return None
         try:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import ssl
 import statistics
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -271,3 +272,20 @@ def test_the_sweep_streams_over_the_chosen_client(
         assert made == []
     for path in (tmp_path / http_client).rglob("*"):
         assert "s3cret-key" not in path.read_text(errors="replace"), path
+
+
+async def test_arrivals_are_stamped_with_the_injected_clock(server: ServerThread) -> None:
+    """The raw client stamps arrivals with the clock stream_request was given, not its own: a
+    clock shifted by a day gives the same small offsets from send."""
+    shift_ns = 86_400 * 10**9
+
+    def shifted() -> int:
+        return time.monotonic_ns() + shift_ns
+
+    async with RawClient() as client:
+        trace = await stream_request(
+            client, f"{server.base_url}/v1/completions", _spec("shifted"), endpoint="completions",
+            origin_ns=shift_ns, timeout_s=10, clock=shifted,
+        )  # fmt: skip
+    assert trace.status == "ok", trace.error
+    assert 0 < trace.chunk_ns[0] <= trace.chunk_ns[-1] <= trace.end_ns < 10 * 10**9  # type: ignore[operator]
