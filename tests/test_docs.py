@@ -3,6 +3,7 @@ the Chinese docs (as sqlite-utils' tests/test_docs.py does for its commands)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 
@@ -15,6 +16,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 GENERATED = ("runs", "compare")
 
 
+@functools.cache
 def _docs(lang: str) -> str:
     pages = []
     for path in sorted(DOCS.rglob("*.md")):
