@@ -70,7 +70,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import click
 import httpx
@@ -102,7 +102,10 @@ def new_event_loop(kind: LoopKind = "auto") -> asyncio.AbstractEventLoop:
             import uvloop
         except ImportError:
             if kind == "uvloop":
-                raise ConfigError("loop 'uvloop' asked for but uvloop is not installed") from None
+                raise ConfigError(
+                    "loop 'uvloop' asked for but uvloop is not installed: "
+                    "pip install uvloop, or choose --loop asyncio (or auto)"
+                ) from None
         else:
             return uvloop.new_event_loop()
     return asyncio.new_event_loop()
@@ -405,7 +408,13 @@ _D = ServerConfig()
 @click.option("--split-delay-ms", default=_D.split_delay_ms, show_default=True)
 @click.option("--truth-limit", default=_D.truth_limit, show_default=True, help="0: keep all.")
 @click.option("--engine-label", default=_D.engine_label, show_default=True)
-@click.option("--loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto")
+@click.option(
+    "--loop",
+    type=click.Choice(get_args(LoopKind)),
+    default="auto",
+    show_default=True,
+    help="Event loop: auto = uvloop when installed, else asyncio.",
+)
 def main(
     server_version: str,
     vocabulary: str,
