@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from _peers import PEERS
+from _peers import PEERS, require_peers
 
 from sweeper.schema import Fact, RunManifest, Source
 from sweeper.serverlog import GIB_BYTES, apply_server_log, parse_server_log
@@ -62,6 +62,11 @@ def test_real_cpu_vllm_log() -> None:
         assert 0.0 <= stat.kv_usage <= 1.0
         assert stat.time is not None and re.fullmatch(r"\d\d-\d\d \d\d:\d\d:\d\d", stat.time)
     assert log.preemption_lines == 0
+
+
+def test_peer_logs_are_there_when_required() -> None:
+    if not PEER_LOGS and require_peers():
+        pytest.fail(f"peers' data sets not found under {PEERS} (SWEEPER_REQUIRE_PEERS is set)")
 
 
 @pytest.mark.skipif(not PEER_LOGS, reason=f"peers' data sets not found under {PEERS}")
