@@ -235,6 +235,10 @@ class Client(_Model):
     platform: str | None = None
     libraries: dict[str, str] = Field(default_factory=dict)
     workers: int = 1
+    http_client: str | None = Field(
+        default=None,
+        description='What streamed the requests: "raw" (sweeper\'s HTTP/1.1 client) or "httpx".',
+    )
     loop_lag: list[LoopLag] = Field(default_factory=list)
 
 

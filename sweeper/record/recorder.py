@@ -201,6 +201,8 @@ async def arecord_sweep(
                 r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
             }
         streamer = _streaming_client(config, headers, transport, client)
+        # Kept per run (a resume may use another client): it bounds how exact the timestamps are.
+        manifest.client.http_client = "httpx" if streamer is client else "raw"
         try:
             return await _record(run, client, streamer, info, model, api, headers)
         finally:

@@ -265,6 +265,7 @@ def test_the_sweep_streams_over_the_chosen_client(
     )  # fmt: skip
     ts = load_trace_set(recorder.record_sweep(config))
     assert len(ts.requests) == 12 and all(r.status == "ok" for r in ts.requests)
+    assert ts.manifest.client.http_client == http_client
     if http_client == "raw":
         assert len(made) == 1 and made[0].connects == 3  # the 3-stream level reused level 1's
         assert made[0].headers == {"Authorization": "Bearer s3cret-key"}
