@@ -202,7 +202,9 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path, workers: str) -> None:
-    with spawn_server(ttft_ms=5, itl_ms=10) as srv:
+    # 40 ms a token: level 2 lasts about 2 s, so the signal lands inside it even when a loaded
+    # machine delays this test's polling by hundreds of milliseconds.
+    with spawn_server(ttft_ms=5, itl_ms=40) as srv:
         proc = _start(srv.base_url, tmp_path, "--workers", workers)
         _wait_for_lines(tmp_path / "r", 8, proc)  # inside level 2
         proc.send_signal(signal.SIGINT)
