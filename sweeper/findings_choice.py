@@ -126,7 +126,20 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
         }
     )
     text = _Text()
-    if _finite(v("itl_ms_p50")) and _finite(itl1):
+    if _finite(v("itl_ms_p50")) and _finite(itl1) and v("itl_ms_p50") < itl1 * 1.005:
+        # Not slower than one stream (to the percent shown): "-3% slower" would read wrong.
+        text.add(
+            N_(
+                "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} (no slower "
+                "than a single stream) and p99 TTFT {ttft}."
+            ),
+            c=c,
+            tput=_tok_s(tput),
+            speedup=_times(speedup),
+            itl=_Ms(v("itl_ms_p50")),
+            ttft=_ms_or_q(v("ttft_ms_p99")),
+        )
+    elif _finite(v("itl_ms_p50")) and _finite(itl1):
         text.add(
             N_(
                 "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "
