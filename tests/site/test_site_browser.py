@@ -66,12 +66,17 @@ class Browser:
         self.page.goto(self.base_url + path)
         self.wait_for_charts()
 
-    def wait_for_charts(self) -> None:
+    def wait_for_charts(self, at_least: int = 0) -> None:
+        """Wait until every chart on the page has drawn. After an instant navigation the address
+        can change before the new content is in place, when there are no charts yet and "every
+        chart has drawn" is vacuously true: ``at_least`` waits for the new page's charts."""
         self.page.wait_for_function(
-            """() => {
+            """(atLeast) => {
               const charts = [...document.querySelectorAll('div.sweeper-chart')];
-              return charts.every(c => c.dataset.sweeperDrawn === 'done' && c.querySelector('svg'));
+              return charts.length >= atLeast &&
+                charts.every(c => c.dataset.sweeperDrawn === 'done' && c.querySelector('svg'));
             }""",
+            arg=at_least,
             timeout=DRAW_TIMEOUT_MS,
         )
 
@@ -139,7 +144,7 @@ def test_comparison_and_index_pages_draw(browser: Browser) -> None:
     link = browser.page.locator("a[href*='compare/']").first
     link.click()
     browser.page.wait_for_url("**/compare/**")
-    browser.wait_for_charts()
+    browser.wait_for_charts(at_least=2)
     charts, drawn = browser.chart_count()
     assert charts == 2 and drawn == 2
     _clean(browser)
@@ -162,7 +167,7 @@ def test_charts_and_language_switch_survive_instant_navigation(browser: Browser)
     browser.page.evaluate("window.__sweeperMarker = 1")  # gone if the next page is a full load
     browser.page.locator(f"nav a[href*='{RUN_B}']").first.click()
     browser.page.wait_for_url(f"**/runs/{RUN_B}/")
-    browser.wait_for_charts()
+    browser.wait_for_charts(at_least=6)
     assert browser.page.evaluate("window.__sweeperMarker") == 1, "the navigation was not instant"
     charts, drawn = browser.chart_count()
     assert charts == drawn and drawn >= 6
