@@ -480,7 +480,13 @@ def analyze_run(
     ts: TraceSet, *, slos: Sequence[SLO] | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS
 ) -> list[Finding]:
     """Every finding for one trace set (``slos``: the user's service level, all terms together)."""
-    data = run_data(ts)
+    return analyze_run_data(run_data(ts), slos=slos, thresholds=thresholds)
+
+
+def analyze_run_data(
+    data: RunData, *, slos: Sequence[SLO] | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> list[Finding]:
+    """:func:`analyze_run` on frames already computed by :func:`run_data` (the site reuses them)."""
     if data.levels.empty:
         text = _Text().add(
             N_("No measured request in this trace set: there is nothing to analyse.")

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeper.findings import SLO, Finding, analyze_run
+from sweeper.findings import SLO, Finding, analyze_run_data, run_data
 from sweeper.i18n import fmt_number
 from sweeper.markup import finite
 from sweeper.metrics import level_frame, request_frame
 from sweeper.schema import Fact, fact_value
-from sweeper.server_metrics import server_level_frame
 from sweeper.store import TraceSet
 
 log = logging.getLogger("sweeper.report")
@@ -60,25 +59,29 @@ class RunData:
 
 
 def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunData:
-    """Frames, findings and server-side aggregates of one trace set."""
-    requests = request_frame(ts)
-    levels = level_frame(ts, requests=requests)
-    run = RunData(ts=ts, levels=levels, requests=requests)
+    """Frames, findings and server-side aggregates of one trace set. The frames are computed
+    once, by the findings' :func:`run_data`, and shared with the page."""
     # Findings and server aggregates are extras: when they fail, the page still publishes what
     # the measurements show and says what is missing.
     try:
-        run.findings = {f.id: f for f in analyze_run(ts, slos=slos)}
+        data = run_data(ts)
+    except Exception as exc:
+        # The server metrics or the server log tripped the frames the findings need: publish
+        # the client-side measurements alone.
+        log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
+        requests = request_frame(ts)
+        run = RunData(ts=ts, levels=level_frame(ts, requests=requests), requests=requests)
+        run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
+        return run
+    requests = data.requests if data.requests is not None else request_frame(ts)
+    run = RunData(ts=ts, levels=data.levels, requests=requests)
+    if ts.metrics:
+        run.server_levels = data.server
+    try:
+        run.findings = {f.id: f for f in analyze_run_data(data, slos=slos)}
     except Exception as exc:
         log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
         run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
-    try:
-        if ts.metrics:
-            run.server_levels = server_level_frame(ts, requests=requests)
-    except Exception as exc:
-        log.warning(
-            "%s: server metrics could not be summarised: %s: %s", ts.path, type(exc).__name__, exc
-        )
-        run.notes.append(f"server metrics could not be summarised: {type(exc).__name__}: {exc}")
     return run
 
 
