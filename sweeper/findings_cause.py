@@ -29,6 +29,7 @@ from sweeper.findings import (
 )
 from sweeper.findings_rules import _itl, tail_levels
 from sweeper.i18n import N_
+from sweeper.schema import StampCheck
 from sweeper.tail_signature import StallSignature, stall_signature
 from sweeper.thresholds import Thresholds
 
@@ -54,7 +55,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
     waiting = _max_server(data, levels, "waiting_max")
     running = _max_server(data, levels, "running_max")
     kv = _max_server(data, levels, "kv_usage_max")
-    lag = _max_lag(data, client_levels or levels)
+    lag = _max_lag(data, client_levels or levels, th)
     sigs = [s for c in opened if (s := _signature(data, c, th)) is not None]
     sync = _weighted(sigs, "synchronized_share")
     overlap = _weighted(sigs, "prefill_overlap_share")
@@ -329,12 +330,29 @@ def _max_server(data: RunData, levels: Sequence[int], name: str) -> float:
     return float(max(vals)) if vals else math.nan
 
 
-def _lag_by_level(data: RunData) -> dict[int, float]:
-    return {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+def _kernel_checks(data: RunData) -> dict[int, StampCheck]:
+    """The levels whose chunk times are the kernel's receive times, with their stamp check."""
+    return {c.concurrency: c for c in data.manifest.client.stamp_checks if c.source == "kernel"}
 
 
-def _max_lag(data: RunData, levels: Sequence[int]) -> float:
-    lags = _lag_by_level(data)
+def _merged_share(check: StampCheck) -> float:
+    return check.merged_chunks / check.chunks if check.chunks else 0.0
+
+
+def _lag_by_level(data: RunData, th: Thresholds) -> dict[int, float]:
+    """How far the recorder may have moved each level's chunk times (ms, p99). Stamped when read,
+    that is its event-loop lag. With kernel receive times a late loop moves only the chunks that
+    shared a read with the next one: none that matter (0) while they stay under
+    ``client_merged_share``, else up to the reads' p99 delay."""
+    lags = {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+    for c, check in _kernel_checks(data).items():
+        delay = check.read_delay_p99_ms if check.read_delay_p99_ms is not None else math.nan
+        lags[c] = delay if _merged_share(check) > th.client_merged_share else 0.0
+    return lags
+
+
+def _max_lag(data: RunData, levels: Sequence[int], th: Thresholds) -> float:
+    lags = _lag_by_level(data, th)
     vals = [lags[c] for c in levels if c in lags]
     return float(max(vals)) if vals else math.nan
 
@@ -343,7 +361,7 @@ def _client_explains(data: RunData, concurrency: int, th: Thresholds) -> bool:
     """The recorder's p99 lag distorts ITL at this level and is large enough to account for its
     tail (at least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag cannot make a
     100 ms stall."""
-    lag = _lag_by_level(data).get(concurrency, math.nan)
+    lag = _lag_by_level(data, th).get(concurrency, math.nan)
     excess = data.value(concurrency, "itl_ms_p99") - data.value(concurrency, "itl_ms_p50")
     return (
         _finite(lag)
@@ -380,8 +398,12 @@ def _weighted(sigs: Sequence[StallSignature], attr: str) -> float:
 
 
 def client_health(data: RunData, th: Thresholds) -> Finding:
-    lags = _lag_by_level(data)
-    uses = ["recorder event-loop lag per level (manifest.client.loop_lag)"]
+    lags = _lag_by_level(data, th)
+    kernel = _kernel_checks(data)
+    uses = [
+        "recorder event-loop lag per level (manifest.client.loop_lag)",
+        "recorder stamp checks per level (manifest.client.stamp_checks)",
+    ]
     if not lags:
         tool = data.manifest.source.tool
         text = _Text().add(
@@ -392,25 +414,50 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
             tool=tool,
         )
         return _unknown("client_health", text, ["manifest.client.loop_lag"], uses)
-    bad = [c for c in data.concurrencies if c in lags and lags[c] > _lag_limit(data, [c], th)]
-    worst_c = max(lags, key=lambda k: lags[k])
-    numbers = {
-        "lag_p99_ms": {str(c): _num(v, 3) for c, v in sorted(lags.items())},
+    bad = [
+        c
+        for c in data.concurrencies
+        if c in lags and _finite(lags[c]) and lags[c] > _lag_limit(data, [c], th)
+    ]
+    loop_lags = {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+    worst_c = max(loop_lags or lags, key=lambda k: (loop_lags or lags)[k])
+    numbers: dict[str, Any] = {
+        "lag_p99_ms": {str(c): _num(v, 3) for c, v in sorted(loop_lags.items())},
         "distorted_levels": bad,
-        "worst_lag_p99_ms": _num(lags[worst_c], 3),
+        "worst_lag_p99_ms": _num((loop_lags or lags)[worst_c], 3),
         "worst_at": worst_c,
+        "stamps": "kernel" if kernel and set(kernel) >= set(lags) else "read",
+        "merged_share": {str(c): _num(_merged_share(k)) for c, k in sorted(kernel.items())},
+        "read_delay_p99_ms": {
+            str(c): _num(k.read_delay_p99_ms, 3) for c, k in sorted(kernel.items())
+        },
     }
     text = _Text()
-    if bad:
+    kernel_bad = [c for c in bad if c in kernel]
+    loop_bad = [c for c in bad if c not in kernel]
+    if kernel_bad:
+        text.add(
+            N_(
+                "The recorder read late at {where}: up to {share} of the chunks there shared a socket read with "
+                "the next chunk of their stream while reads waited up to {lag} at p99; those chunks carry the "
+                "later chunk's time, so ITL percentiles there may be off by up to that much. Record with more "
+                "--workers or on a less loaded machine."
+            ),
+            where=_Levels(kernel_bad),
+            share=_Pct(max(_merged_share(kernel[c]) for c in kernel_bad)),
+            lag=_Ms(max(lags[c] for c in kernel_bad)),
+        )
+    if loop_bad:
         text.add(
             N_(
                 "The recorder lagged at {where}: its event loop ran up to {lag} late at p99, comparable to the ITL "
                 "it measures; ITL percentiles there are inflated. Record with more --workers or on a less loaded "
                 "machine."
             ),
-            where=_Levels(bad),
-            lag=_Ms(max(lags[c] for c in bad)),
+            where=_Levels(loop_bad),
+            lag=_Ms(max(lags[c] for c in loop_bad)),
         )
+    if bad:
         return Finding(
             id="client_health",
             severity="warning",
@@ -418,6 +465,20 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
             numbers=numbers,
             text=text.render(),
             data=uses,
+        )
+    if kernel and set(kernel) >= set(lags):
+        worst_k = max(kernel, key=lambda c: _merged_share(kernel[c]))
+        text.add(
+            N_(
+                "The recorder kept up: chunk times are the kernel's receive times, which a busy recorder "
+                "cannot delay, and at most {share} of the chunks of a level (C={c}) shared a socket read with "
+                "the next chunk of their stream, too few to move the ITL percentiles."
+            ),
+            share=_Pct(_merged_share(kernel[worst_k]), 2),
+            c=worst_k,
+        )
+        return Finding(
+            id="client_health", severity="info", numbers=numbers, text=text.render(), data=uses
         )
     text.add(
         N_(

@@ -229,6 +229,28 @@ class LoopLag(_Model):
     max_ms: float
 
 
+class StampCheck(_Model):
+    """How exact one level's chunk times are: the recorder's reads during it
+    (:mod:`sweeper.record.stamps`)."""
+
+    concurrency: int
+    source: Literal["kernel", "read"] = Field(
+        description='"kernel": each read stamped with the socket\'s receive time (SO_TIMESTAMPNS); '
+        '"read": stamped when the event loop read it'
+    )
+    reads: int
+    chunks: int
+    merged_chunks: int = Field(
+        description="content chunks that arrived in one read with the next chunk of their stream "
+        "(stamped with its time)"
+    )
+    read_delay_p50_ms: float | None = Field(
+        default=None, description="kernel stamps only: how long a read's bytes waited in the socket"
+    )
+    read_delay_p99_ms: float | None = None
+    read_delay_max_ms: float | None = None
+
+
 class Client(_Model):
     host: str | None = None
     python: str | None = None
@@ -240,6 +262,7 @@ class Client(_Model):
         description='What streamed the requests: "raw" (sweeper\'s HTTP/1.1 client) or "httpx".',
     )
     loop_lag: list[LoopLag] = Field(default_factory=list)
+    stamp_checks: list[StampCheck] = Field(default_factory=list)
 
 
 class LevelStatus(_Model):

@@ -94,6 +94,9 @@ class Thresholds:
     client_lag_tail_fraction: float = 0.5
     """The recorder is the tail's cause only when its p99 lag is at least this fraction of the
     tail's excess (p99 - p50 ITL): a few ms of lag cannot make a 100 ms stall."""
+    client_merged_share: float = 0.005
+    """With kernel receive times, a late loop moves only chunks that shared a socket read with
+    the next chunk of their stream; above this share of a level's chunks they can move its p99."""
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -5,7 +5,9 @@ drive it; the default is ``time.monotonic_ns`` (CLOCK_MONOTONIC on Linux, the cl
 process on the host shares: a test server or a second recorder process reads the same one).
 
 Each network read is stamped once, when it returns (httpx), or when its bytes arrived (the raw
-client, :mod:`sweeper.record.http11`); every event it completed gets that time.
+client, :mod:`sweeper.record.http11`: the kernel's receive time over plain TCP on Linux); every
+event it completed gets that time. A :class:`~sweeper.record.stamps.StampStats` passed in counts
+the reads and the chunks that shared one (the recorder's self-check).
 A failed request is data: its trace carries the error kind, HTTP status and message, and the
 chunks that arrived before the failure.
 """
@@ -36,6 +38,7 @@ from sweeper.record.sse import (
     StreamFormatError,
     StreamServerError,
 )
+from sweeper.record.stamps import StampStats
 from sweeper.schema import ErrorKind, RequestError, RequestTrace
 
 Clock = Callable[[], int]
@@ -134,6 +137,7 @@ async def stream_request(
     timeout_s: float,
     shaper: RequestShaper | None = None,
     clock: Clock = default_clock,
+    stamps: StampStats | None = None,
 ) -> RequestTrace:
     """Send one streamed request and time its chunks. Never raises for a failed request
     (connection, HTTP, stream or timeout errors are returned as data); re-raises cancellation."""
@@ -149,7 +153,7 @@ async def stream_request(
         try:
             async with asyncio.timeout(timeout_s):
                 status, text = await _exchange(
-                    client, url, body, spec.header_id, state, reader, clock, send_ns
+                    client, url, body, spec.header_id, state, reader, clock, send_ns, stamps
                 )
             if status is not None:
                 if rejected_rounds < len(OPTIONAL_FIELDS) and shaper.learn(status, text, body):
@@ -219,12 +223,14 @@ async def _exchange(
     reader: ChunkReader,
     clock: Clock,
     send_ns: int,
+    stamps: StampStats | None,
 ) -> tuple[int | None, str]:
     """Run the HTTP exchange; fill ``state``. Returns (status, body text) for an HTTP error."""
     headers = {REQUEST_ID_HEADER: header_id} if header_id else None
+    stamps = stamps if stamps is not None else StampStats()
     if isinstance(client, RawClient):
         async with client.post(url, body, headers, clock) as raw_response:
-            return await _read_raw(raw_response, state, reader, clock, send_ns)
+            return await _read_raw(raw_response, state, reader, clock, send_ns, stamps)
     async with client.stream("POST", url, json=body, headers=headers) as response:
         if response.status_code >= httpx.codes.BAD_REQUEST:
             raw = await response.aread()
@@ -236,7 +242,10 @@ async def _exchange(
             now = clock() - send_ns
             state.bytes_seen = True
             state.end_ns = now
-            if _handle(parser.feed(raw), state, reader, now):
+            chunks = len(state.chunk_ns)
+            done = _handle(parser.feed(raw), state, reader, now)
+            stamps.add_read(None, len(state.chunk_ns) - chunks)
+            if done:
                 await _drain(stream)
                 return None, ""
         _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
@@ -244,32 +253,45 @@ async def _exchange(
 
 
 async def _read_raw(
-    response: RawResponse, state: _Stream, reader: ChunkReader, clock: Clock, send_ns: int
+    response: RawResponse,
+    state: _Stream,
+    reader: ChunkReader,
+    clock: Clock,
+    send_ns: int,
+    stamps: StampStats,
 ) -> tuple[int | None, str]:
-    """:func:`_exchange` for the raw client: the bytes of each ``read_some`` are stamped with
-    the time they arrived (read in the event loop's data callback), not when this task got to
-    them, so other streams' parsing in the same burst does not shift this one's times."""
+    """:func:`_exchange` for the raw client: each socket read's events get the time its bytes
+    arrived (the kernel's receive time, or the loop's read callback), not the time this task got
+    to them, so other streams' parsing in the same burst does not shift this one's times."""
     if response.status_code >= httpx.codes.BAD_REQUEST:
         raw = await response.aread()
         state.end_ns = clock() - send_ns
         return response.status_code, raw.decode("utf-8", errors="replace")
     parser = SSEParser()
-    while (data := await response.read_some()) is not None:
-        now = response.arrival_ns - send_ns
-        if not data:
-            continue  # only chunked framing arrived
-        state.bytes_seen = True
-        state.end_ns = now
-        if _handle(parser.feed(data), state, reader, now):
-            # Read the body's end (the chunked terminator) so the connection is reused; a
-            # server that keeps the stream open after [DONE] gets a short grace, then is closed.
-            with contextlib.suppress(TimeoutError, ConnectionLost, ProtocolViolation):
-                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
-                    while await response.read_some() is not None:
-                        pass
-            return None, ""
+    while (pieces := await response.read_pieces()) is not None:
+        for piece in pieces:
+            if not piece.data:
+                continue  # only chunked framing arrived
+            now = piece.arrival_ns - send_ns
+            state.bytes_seen = True
+            state.end_ns = now
+            chunks = len(state.chunk_ns)
+            done = _handle(parser.feed(piece.data), state, reader, now)
+            stamps.add_read(piece.age_ns, len(state.chunk_ns) - chunks)
+            if done:
+                await _finish_body(response)
+                return None, ""
     _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
     return None, ""
+
+
+async def _finish_body(response: RawResponse) -> None:
+    """Read the body's end (the chunked terminator) so the connection is reused; a server that
+    keeps the stream open after [DONE] gets a short grace, then is closed."""
+    with contextlib.suppress(TimeoutError, ConnectionLost, ProtocolViolation):
+        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+            while await response.read_pieces() is not None:
+                pass
 
 
 async def _drain(stream: AsyncIterator[bytes]) -> None:

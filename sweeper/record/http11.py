@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for streamed POSTs, on bare asyncio streams.
+"""A lean HTTP/1.1 client for streamed POSTs, on bare non-blocking sockets.
 
 Why: httpx/httpcore re-checks every pooled connection on each request (``has_expired`` ->
 anyio ``extra_attributes``); at 64+ concurrent streams that bookkeeping delays chunk delivery by
@@ -6,8 +6,13 @@ milliseconds (docs/fidelity.md, "HTTP client"). This client does only what a str
 completion needs: one keep-alive connection per stream slot (a slot takes an idle connection or
 opens one, and gives it back after a complete response), ``POST`` with ``Content-Length``, and a
 response body framed by ``Content-Length``, chunked transfer encoding or the connection's close.
-Each :meth:`RawResponse.read_some` returns what arrived; :attr:`RawResponse.arrival_ns` says when
-(stamped in the event loop's data callback, before any parsing).
+Each :meth:`RawResponse.read_pieces` returns what arrived since the last call, one
+:class:`Piece` per socket read with the time its bytes arrived. Over plain TCP on Linux that time
+is the kernel's receive timestamp (``SO_TIMESTAMPNS``): an event loop busy with other streams
+delays when a chunk is read, not the time it is stamped with. Only chunks of one stream that
+arrive while their socket waits to be read share a read (and the later one's time); the recorder
+counts those (:mod:`sweeper.record.stamps`). Over TLS, or where the kernel gives no timestamp, a
+read is stamped in the event loop's read callback, before any parsing.
 
 An idle connection the server has closed meanwhile (llama.cpp closes idle keep-alives after 5 s)
 is seen as closed before reuse and replaced; one that breaks in the instant of reuse fails before
@@ -25,11 +30,15 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import ssl
+import struct
+import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, SupportsIndex
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -41,6 +50,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 USER_AGENT = "sweeper"
 CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
+NS_PER_S = 1_000_000_000
 HTTP_CONTINUE_MIN, HTTP_CONTINUE_MAX = 100, 199
 SWITCHING_PROTOCOLS = 101
 NO_BODY_STATUSES = (204, 304)  # never a body, whatever the headers say
@@ -94,35 +104,290 @@ def ssl_context_for(origin: Origin) -> ssl.SSLContext | None:
     return ssl.create_default_context() if origin.scheme == "https" else None
 
 
-class StampingReader(asyncio.StreamReader):
-    """A StreamReader that reads the clock each time bytes arrive (the event loop's data
-    callback), before any stream's parsing runs: ``arrival_ns`` is the arrival of the newest
-    unread bytes. Stamping there rather than when a task gets to its read keeps the work spent on
-    other streams' chunks (a burst of them) out of this one's timestamps."""
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self.clock: Callable[[], int] = time.monotonic_ns
-        self.arrival_ns = 0
-
-    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        self.arrival_ns = self.clock()
-        super().feed_data(data)
+# Kernel receive timestamps (SO_TIMESTAMPNS, Linux): every recvmsg() on a TCP socket carries the
+# time its newest bytes reached the socket, in CLOCK_REALTIME. Python names neither constant.
+SO_TIMESTAMPNS = 35
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: seconds, nanoseconds
+ANCILLARY_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
+HIGH_WATER = 4 * 1024 * 1024  # unread bytes at which a connection stops reading (flow control)
+LOW_WATER = HIGH_WATER // 4
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
+class Piece:
+    """The bytes of one socket read and when they arrived (the caller's clock). ``age_ns`` is how
+    long they waited in the socket before the read, from the kernel's receive timestamp; None
+    where the kernel gave none (TLS, other systems): ``arrival_ns`` is then the read's time."""
+
+    data: bytes
+    arrival_ns: int
+    age_ns: int | None
+
+
+class Inbox:
+    """What a connection received and not yet consumed, in arrival order, one :class:`Piece` per
+    socket read. Fed by the event loop's read callback; read by one task at a time."""
+
+    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self._pieces: deque[Piece] = deque()
+        self._size = 0
+        self._eof = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._pause, self._resume = pause, resume
+        self._paused = False
+
+    @property
+    def unread(self) -> int:
+        return self._size
+
+    @property
+    def ended(self) -> bool:
+        """The peer closed its side, or the connection failed."""
+        return self._eof or self._error is not None
+
+    def feed(self, piece: Piece) -> None:
+        self._pieces.append(piece)
+        self._size += len(piece.data)
+        if self._size > HIGH_WATER and not self._paused:
+            self._paused = True
+            self._pause()
+        self._wake()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        """Until something is unread, the end was reached, or the connection failed."""
+        if self._size or self._eof or self._error:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def take(self) -> list[Piece]:
+        """Every unread piece (waiting for one); [] at the end. Raises the connection's error."""
+        await self._wait()
+        if not self._size and self._error is not None:
+            raise self._error
+        pieces = list(self._pieces)
+        self._pieces.clear()
+        self._size = 0
+        if self._paused:
+            self._paused = False
+            self._resume()
+        return pieces
+
+    def give_back(self, pieces: list[Piece]) -> None:
+        """Put pieces taken but not consumed back in front, in order."""
+        for piece in reversed(pieces):
+            if piece.data:
+                self._pieces.appendleft(piece)
+                self._size += len(piece.data)
+
+    async def read_until(self, separator: bytes, limit: int) -> bytes:
+        """The bytes up to and including ``separator``; the rest stays unread. Raises
+        :class:`ConnectionLost` at the end and :class:`ProtocolViolation` past ``limit`` bytes."""
+        head = bytearray()
+        while True:
+            pieces = await self.take()
+            if not pieces:
+                what = "before any response byte" if not head else "inside the headers"
+                raise ConnectionLost(f"the server closed the connection {what}")
+            for i, piece in enumerate(pieces):
+                start = max(len(head) - len(separator) + 1, 0)
+                head += piece.data
+                found = head.find(separator, start)
+                if found >= 0:
+                    cut = found + len(separator)
+                    rest = len(head) - cut
+                    tail = Piece(
+                        piece.data[len(piece.data) - rest :], piece.arrival_ns, piece.age_ns
+                    )
+                    self.give_back([tail, *pieces[i + 1 :]])
+                    return bytes(head[:cut])
+                if len(head) > limit:
+                    raise ProtocolViolation(f"response headers longer than {limit} bytes")
+
+
+def kernel_arrival(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The CLOCK_REALTIME nanoseconds of a recvmsg()'s SCM_TIMESTAMPNS, or None."""
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(payload) >= TIMESPEC.size:
+            seconds, nanoseconds = TIMESPEC.unpack_from(payload)
+            return int(seconds) * NS_PER_S + int(nanoseconds)
+    return None
+
+
 class _Connection:
-    reader: StampingReader
-    writer: asyncio.StreamWriter
+    """One keep-alive connection: an :class:`Inbox` of what arrived, and a way to send."""
+
+    inbox: Inbox
+    clock: Callable[[], int] = staticmethod(time.monotonic_ns)  # set per request by the caller
+    kernel_stamps = False
+
+    async def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def is_closing(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def wait_closed(self) -> None:
+        return None
 
     def usable(self) -> bool:
         """Still open on both sides with nothing unread (a FIN or stray byte rules it out)."""
-        unread = len(self.reader._buffer)  # type: ignore[attr-defined]  # asyncio's buffer
-        return not self.writer.is_closing() and not self.reader.at_eof() and unread == 0
+        return not self.is_closing() and not self.inbox.ended and not self.inbox.unread
+
+
+class _SocketConnection(_Connection):
+    """Plain TCP on a non-blocking socket read by the loop's reader callback with recvmsg(), so
+    each read comes with the kernel's receive time: a busy event loop delays when a chunk is
+    read, not the time it is stamped with."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        self._loop, self._sock, self._fd = loop, sock, sock.fileno()
+        self._closed = False
+        self.inbox = Inbox(self._pause, self._resume)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self.kernel_stamps = sys.platform == "linux"
+        except OSError:
+            self.kernel_stamps = False
+        self._reading = False
+        self._resume()
+
+    def _pause(self) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+
+    def _resume(self) -> None:
+        if not self._reading and not self._closed:
+            self._loop.add_reader(self._fd, self._readable)
+            self._reading = True
+
+    def _readable(self) -> None:
+        try:
+            if self.kernel_stamps:
+                data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
+            else:
+                data, ancillary = self._sock.recv(READ_SIZE), []
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._pause()
+            self.inbox.set_exception(ConnectionLost(_name(exc)))
+            return
+        # Both clocks read back to back: the kernel's realtime stamp becomes the caller's clock
+        # by its age (a clock step between runs cannot shift it).
+        real_now = time.time_ns()
+        now = self.clock()
+        if not data:
+            self._pause()
+            self.inbox.feed_eof()
+            return
+        kernel_ns = kernel_arrival(ancillary)
+        if kernel_ns is None:
+            self.inbox.feed(Piece(data, now, None))
+            return
+        age = max(real_now - kernel_ns, 0)
+        self.inbox.feed(Piece(data, now - age, age))
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self._sock.send(view) :]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                raise ConnectionLost(f"sending the request failed: {_name(exc)}") from exc
+            if view:  # the socket's send buffer is full: wait until it drains
+                ready = self._loop.create_future()
+                self._loop.add_writer(self._fd, _settle, ready)
+                try:
+                    await ready
+                finally:
+                    self._loop.remove_writer(self._fd)
+
+    def is_closing(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        if not self._closed:
+            self._pause()
+            self._closed = True
+            self._sock.close()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _FeedingProtocol(asyncio.Protocol):
+    """Feeds a TLS connection's decrypted bytes to its inbox, stamped in the data callback."""
+
+    def __init__(self) -> None:
+        self.connection: _TLSConnection | None = None
+
+    def data_received(self, data: bytes) -> None:
+        assert self.connection is not None
+        self.connection.inbox.feed(Piece(data, self.connection.clock(), None))
+
+    def eof_received(self) -> bool:
+        assert self.connection is not None
+        self.connection.inbox.feed_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.connection is not None:
+            if exc is not None:
+                self.connection.inbox.set_exception(ConnectionLost(_name(exc)))
+            else:
+                self.connection.inbox.feed_eof()
+            self.connection.lost.set()
+
+
+class _TLSConnection(_Connection):
+    """https: asyncio's TLS transport; no kernel times (the socket's bytes are not the body's)."""
+
+    def __init__(self, transport: asyncio.BaseTransport, protocol: _FeedingProtocol) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.lost = asyncio.Event()
+        self.inbox = Inbox(transport.pause_reading, transport.resume_reading)
+        protocol.connection = self
+
+    async def send(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            raise ConnectionLost("sending the request failed: the connection is closed")
+        self._transport.write(data)  # a request is small: the transport buffers it
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    async def wait_closed(self) -> None:
+        await self.lost.wait()
 
 
 @dataclass
@@ -158,7 +423,7 @@ class RawClient:
             async with asyncio.timeout(CLOSE_WAIT_S):
                 for conn in conns:
                     with contextlib.suppress(Exception):
-                        await conn.writer.wait_closed()
+                        await conn.wait_closed()
 
     @contextlib.asynccontextmanager
     async def post(
@@ -176,15 +441,11 @@ class RawClient:
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         head = self._request_head(origin, target, basic, len(payload), headers)
         conn = await self._acquire(origin)
-        conn.reader.clock = clock  # the caller's clock stamps the arrivals
+        conn.clock = clock  # the caller's clock stamps the arrivals
         response: RawResponse | None = None
         try:
-            try:
-                conn.writer.write(head + payload)
-                await conn.writer.drain()
-            except (OSError, RuntimeError) as exc:
-                raise ConnectionLost(f"sending the request failed: {_name(exc)}") from exc
-            response = await RawResponse.read_head(conn.reader)
+            await conn.send(head + payload)
+            response = await RawResponse.read_head(conn)
             yield response
         finally:
             if response is not None and response.reusable() and conn.usable():
@@ -226,7 +487,7 @@ class RawClient:
             conn.close()  # the server closed it while idle: open a fresh one
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                reader, writer = await _open(origin)
+                conn = await _open(origin)
         except TimeoutError as exc:
             raise ConnectFailed(
                 f"ConnectTimeout: no connection to {origin.host}:{origin.port} "
@@ -235,29 +496,48 @@ class RawClient:
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"{_name(exc)} ({origin.host}:{origin.port})") from exc
         self.connects += 1
-        conn = _Connection(reader, writer)
         self._open.add(conn)
         return conn
 
 
-async def _open(origin: Origin) -> tuple[StampingReader, asyncio.StreamWriter]:
-    """``asyncio.open_connection`` with a :class:`StampingReader`."""
+async def _open(origin: Origin) -> _Connection:
+    """A connection to ``origin``: a kernel-stamped socket for http, asyncio's TLS for https."""
     loop = asyncio.get_running_loop()
-    reader = StampingReader(limit=MAX_HEAD_BYTES, loop=loop)
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    transport, _ = await loop.create_connection(
-        lambda: protocol, origin.host, origin.port, ssl=ssl_context_for(origin)
-    )
-    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+    context = ssl_context_for(origin)
+    if context is not None:
+        protocol = _FeedingProtocol()
+        transport, _ = await loop.create_connection(
+            lambda: protocol, origin.host, origin.port, ssl=context
+        )
+        return _TLSConnection(transport, protocol)
+    infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+    failure: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _SocketConnection(loop, sock)
+    raise failure or OSError(f"no address for {origin.host}")
 
 
 class RawResponse:
-    """Status, headers, and the body read one socket read at a time."""
+    """Status, headers, and the body read one batch of socket reads at a time."""
 
     def __init__(
-        self, reader: StampingReader, version: str, status: int, headers: dict[str, str]
+        self, conn: _Connection, version: str, status: int, headers: dict[str, str]
     ) -> None:
-        self._reader = reader
+        self._inbox = conn.inbox
+        self.kernel_stamps = conn.kernel_stamps
         self.http_version = version
         self.status_code = status
         self.headers = headers
@@ -282,23 +562,13 @@ class RawResponse:
         self._stage = "size"  # chunked: size, data, data_end, trailer
 
     @classmethod
-    async def read_head(cls, reader: StampingReader) -> RawResponse:
+    async def read_head(cls, conn: _Connection) -> RawResponse:
         while True:
-            try:
-                head = await reader.readuntil(HEAD_END)
-            except asyncio.IncompleteReadError as exc:
-                what = "before any response byte" if not exc.partial else "inside the headers"
-                raise ConnectionLost(f"the server closed the connection {what}") from exc
-            except asyncio.LimitOverrunError as exc:
-                raise ProtocolViolation(
-                    f"response headers longer than {MAX_HEAD_BYTES} bytes"
-                ) from exc
-            except OSError as exc:
-                raise ConnectionLost(_name(exc)) from exc
+            head = await conn.inbox.read_until(HEAD_END, MAX_HEAD_BYTES)
             version, status, headers = _parse_head(head)
             if HTTP_CONTINUE_MIN <= status <= HTTP_CONTINUE_MAX and status != SWITCHING_PROTOCOLS:
                 continue  # an interim answer (100 Continue): the real one follows
-            return cls(reader, version, status, headers)
+            return cls(conn, version, status, headers)
 
     def reusable(self) -> bool:
         if not self._complete:
@@ -308,25 +578,27 @@ class RawResponse:
             return "keep-alive" in connection
         return "close" not in connection
 
-    @property
-    def arrival_ns(self) -> int:
-        """When the newest bytes of the last :meth:`read_some` arrived (the caller's clock)."""
-        return self._reader.arrival_ns
-
-    async def read_some(self) -> bytes | None:
-        """The body bytes of the next socket read (b"" when it held only framing); None at the
-        end of the body. :attr:`arrival_ns` says when they arrived."""
+    async def read_pieces(self) -> list[Piece] | None:
+        """The body bytes of every socket read since the last call (waiting for one), each with
+        its arrival time; a piece's data is b"" when its read held only framing. None at the end
+        of the body."""
         if self._complete:
             return None
-        try:
-            data = await self._reader.read(READ_SIZE)
-        except OSError as exc:
-            raise ConnectionLost(_name(exc)) from exc
-        if not data:
+        pieces = await self._inbox.take()
+        if not pieces:
             if self._chunked or self._remaining is not None:
                 raise ConnectionLost("the server closed the connection before the body's end")
             self._complete = True  # close-delimited body: the close is its end
             return None
+        out = []
+        for i, piece in enumerate(pieces):
+            if self._complete:  # bytes after the body: keep them for the connection's check
+                self._inbox.give_back(pieces[i:])
+                break
+            out.append(Piece(self._body(piece.data), piece.arrival_ns, piece.age_ns))
+        return out
+
+    def _body(self, data: bytes) -> bytes:
         if self._chunked:
             return self._decode_chunked(data)
         if self._remaining is not None:
@@ -340,8 +612,8 @@ class RawResponse:
 
     async def aread(self) -> bytes:
         parts = []
-        while (data := await self.read_some()) is not None:
-            parts.append(data)
+        while (pieces := await self.read_pieces()) is not None:
+            parts += [piece.data for piece in pieces]
         return b"".join(parts)
 
     def _decode_chunked(self, data: bytes) -> bytes:

@@ -53,6 +53,7 @@ from sweeper.record.serverinfo import (
     tokenize_counter,
     tokenizer_counter,
 )
+from sweeper.record.stamps import StampStats, stamps_distorted
 from sweeper.record.workers import WorkerPool, WorkerSettings
 from sweeper.record.workload import (
     PromptBuilder,
@@ -63,8 +64,10 @@ from sweeper.record.workload import (
 from sweeper.schema import (
     METRICS_FILE,
     LevelStatus,
+    LoopLag,
     RequestTrace,
     RunManifest,
+    StampCheck,
     Workload,
     strip_credentials,
 )
@@ -420,9 +423,12 @@ async def _run_level(
         run.progress.request_done(stats)
         return not (config.max_error_rate < 1.0 and stats.measured_errors > allowed_failures)
 
+    stamps = StampStats()
     if pool is not None:
         result = await pool.run_level(url, endpoint, concurrency, specs, take)
         summary = summarize_lag(result.lag_ms, concurrency)
+        for state in result.stamps:
+            stamps.merge(state)
     else:
         queue = list(reversed(specs))
 
@@ -431,7 +437,7 @@ async def _run_level(
                 spec = queue.pop()
                 trace = await stream_request(
                     client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
-                    timeout_s=config.timeout_s, shaper=shaper, clock=run.clock,
+                    timeout_s=config.timeout_s, shaper=shaper, clock=run.clock, stamps=stamps,
                 )  # fmt: skip
                 run.writer.append_request(trace)
                 if not take(trace):
@@ -440,17 +446,7 @@ async def _run_level(
         await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
         summary = lag.summary(concurrency)
     level.end_ns = run.now_ns()
-    if summary is not None:
-        manifest.client.loop_lag = [
-            x for x in manifest.client.loop_lag if x.concurrency != concurrency
-        ] + [summary]
-        if summary.p99_ms > LagMonitor.WARN_P99_MS:
-            run.warn(
-                f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
-                f"{summary.p99_ms:.1f} ms, max {summary.max_ms:.1f} ms): ITL there may be inflated "
-                "by up to that much (this process or the machine was busy: fewer streams per "
-                "process, or a less loaded machine, would help)"
-            )
+    _self_check(run, concurrency, summary, stamps.summary(concurrency))
     _check_lengths(run, stats)
     run.progress.level_finished(stats)
     if (
@@ -496,6 +492,38 @@ async def _build_specs(
         return list(await asyncio.gather(*(one(i) for i in indices)))
     except httpx.HTTPError as exc:
         raise SweeperError(f"building prompts with the server's /tokenize failed: {exc}") from exc
+
+
+def _self_check(
+    run: _Run, concurrency: int, lag: LoopLag | None, stamps: StampCheck | None
+) -> None:
+    """Store the level's loop lag and stamp check; warn where the chunk times may be off. With
+    kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
+    client = run.manifest.client
+    if lag is not None:
+        client.loop_lag = [x for x in client.loop_lag if x.concurrency != concurrency] + [lag]
+    if stamps is not None:
+        client.stamp_checks = [x for x in client.stamp_checks if x.concurrency != concurrency] + [
+            stamps
+        ]
+    if stamps is not None and stamps.source == "kernel":
+        if stamps_distorted(stamps):
+            run.warn(
+                f"the recorder read late at concurrency {concurrency}: "
+                f"{stamps.merged_chunks} of {stamps.chunks} chunks "
+                f"({stamps.merged_chunks / stamps.chunks:.1%}) shared a socket read with their "
+                f"stream's next chunk while reads waited up to {stamps.read_delay_p99_ms:.1f} ms "
+                f"(p99, max {stamps.read_delay_max_ms:.1f} ms): ITL there may be off by up to "
+                "that much (fewer streams per process, more --workers, or a less loaded machine "
+                "would help)"
+            )
+    elif lag is not None and lag.p99_ms > LagMonitor.WARN_P99_MS:
+        run.warn(
+            f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
+            f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
+            "by up to that much (this process or the machine was busy: fewer streams per "
+            "process, or a less loaded machine, would help)"
+        )
 
 
 def _check_lengths(run: _Run, stats: LevelStats) -> None:

@@ -40,6 +40,7 @@ from sweeper.record.client import (
 from sweeper.record.config import CONNECT_TIMEOUT_S
 from sweeper.record.http11 import RawClient
 from sweeper.record.lag import LagMonitor
+from sweeper.record.stamps import StampStats
 from sweeper.schema import RequestTrace
 from sweeper.store import TraceSetWriter
 
@@ -77,6 +78,9 @@ class LevelJob:
 @dataclass
 class LevelResult:
     lag_ms: list[float] = field(default_factory=list)
+    stamps: list[tuple[int, int, int, int, bytes]] = field(
+        default_factory=list
+    )  # StampStats.state()
 
 
 def split_level(
@@ -172,6 +176,7 @@ class WorkerPool:
                 self.dropped |= set(payload[0])
             elif kind == "level_done":
                 result.lag_ms.extend(payload[0])
+                result.stamps.append(payload[1])
                 pending -= 1
             elif kind == "failed":
                 raise SweeperError(f"a recorder worker failed: {payload[0]}")
@@ -253,15 +258,19 @@ async def _worker_loop(
                 break
             lag = LagMonitor()
             lag_task = asyncio.create_task(lag.run())
+            stamps = StampStats()
             todo = list(reversed(job.specs))
             dropped_before = set(shaper.dropped)
 
-            async def one_stream(job: LevelJob = job, todo: list[RequestSpec] = todo) -> None:
+            async def one_stream(
+                job: LevelJob = job, todo: list[RequestSpec] = todo, stamps: StampStats = stamps
+            ) -> None:
                 while todo and not stop.is_set():
                     spec = todo.pop()
                     trace = await stream_request(
                         client, job.url, spec, endpoint=job.endpoint, origin_ns=settings.origin_ns,
                         timeout_s=settings.timeout_s, shaper=shaper, clock=default_clock,
+                        stamps=stamps,
                     )  # fmt: skip
                     line = trace.model_dump_json(exclude_none=True)
                     writer.append_request(trace)
@@ -273,7 +282,7 @@ async def _worker_loop(
                 await lag_task
             if shaper.dropped != dropped_before:
                 results.put(("dropped", sorted(shaper.dropped)))
-            results.put(("level_done", lag.samples_ms))
+            results.put(("level_done", lag.samples_ms, stamps.state()))
     writer.close()
     watchdog.cancel()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper.schema import LoopLag, MetricSample, RequestTrace, ServerConfig
+from sweeper.schema import LoopLag, MetricSample, RequestTrace, ServerConfig, StampCheck
 from sweeper.store import write_trace_set
 from sweeper.testing.factories import SyntheticLevel, synthetic_manifest
 
@@ -116,6 +116,7 @@ def write_simulated_run(
     metrics: list[MetricSample] | None = None,
     requests_per_stream: int = 4,
     loop_lag_p99_ms: dict[int, float] | None = None,
+    stamp_checks: list[StampCheck] | None = None,
     **kwargs: float,
 ) -> Path:
     traces: list[RequestTrace] = []
@@ -135,4 +136,5 @@ def write_simulated_run(
         manifest.client.loop_lag.append(
             LoopLag(concurrency=c, samples=100, p50_ms=lag / 4, p99_ms=lag, max_ms=lag * 2)
         )
+    manifest.client.stamp_checks = list(stamp_checks or [])
     return write_trace_set(root / run_id, manifest, traces, metrics or [])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sweeper.findings import analyze_run, finding
 from sweeper.metrics import gap_frame, request_frame
-from sweeper.schema import Fact, MetricSample, Series, ServerConfig
+from sweeper.schema import Fact, MetricSample, Series, ServerConfig, StampCheck
 from sweeper.store import load_trace_set
 from sweeper.tail_signature import stall_signature
 
@@ -127,3 +127,42 @@ def test_a_healthy_recorder(tmp_path: Path) -> None:
     health = finding(analyze_run(load_trace_set(folder)), "client_health")
     assert health.severity == "info"
     assert "kept up" in health.text["en"] and "跟得上" in health.text["zh"]
+
+
+def _kernel(c: int, merged: int, delay_p99_ms: float, chunks: int = 1000) -> StampCheck:
+    return StampCheck(
+        concurrency=c, source="kernel", reads=chunks - merged, chunks=chunks,
+        merged_chunks=merged, read_delay_p50_ms=delay_p99_ms / 4,
+        read_delay_p99_ms=delay_p99_ms, read_delay_max_ms=delay_p99_ms * 2,
+    )  # fmt: skip
+
+
+def test_with_kernel_times_a_late_loop_alone_distorts_nothing(tmp_path: Path) -> None:
+    """The loop lagged 60 ms, but chunks carry the kernel's receive times and only 0.2 % of them
+    shared a read: the timings stand, and the tail is the server's."""
+    lags = {1: 0.5, 2: 60.0, 4: 60.0, 8: 60.0}
+    checks = [_kernel(c, merged=2, delay_p99_ms=60.0) for c in LEVELS]
+    folder = write_simulated_run(
+        tmp_path, "kernel-ok", LEVELS, loop_lag_p99_ms=lags, stamp_checks=checks
+    )
+    found = analyze_run(load_trace_set(folder))
+    assert finding(found, "tail_cause").numbers["cause"] == "chunked_prefill"
+    health = finding(found, "client_health")
+    assert health.severity == "info" and health.numbers["stamps"] == "kernel"
+    assert "kernel's receive times" in health.text["en"] and "内核的接收时间" in health.text["zh"]
+    assert "0.20%" in health.text["en"]
+
+
+def test_with_kernel_times_merged_chunks_read_late_are_a_distortion(tmp_path: Path) -> None:
+    lags = dict.fromkeys(LEVELS, 60.0)
+    checks = [_kernel(1, 0, 0.1), *(_kernel(c, merged=80, delay_p99_ms=60.0) for c in LEVELS[1:])]
+    folder = write_simulated_run(
+        tmp_path, "kernel-late", LEVELS, loop_lag_p99_ms=lags, stamp_checks=checks
+    )
+    found = analyze_run(load_trace_set(folder))
+    health = finding(found, "client_health")
+    assert health.severity == "warning"
+    assert health.numbers["distorted_levels"] == LEVELS[1:]
+    assert health.numbers["merged_share"]["2"] == 0.08
+    assert "read late" in health.text["en"] and "8.0%" in health.text["en"]
+    assert finding(found, "tail_cause").numbers["cause"] == "client_overload"

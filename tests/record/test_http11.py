@@ -1,5 +1,6 @@
-"""The raw HTTP/1.1 streaming client: timing against the scripted server's own write times,
-keep-alive reuse (one connection per stream slot), body framings (chunked, Content-Length,
+"""The raw HTTP/1.1 streaming client: timing against the scripted server's own write times
+(kernel receive times that a busy loop cannot move, and the self-check on chunks that share a
+read), keep-alive reuse (one connection per stream slot), body framings (chunked, Content-Length,
 close-delimited) and idle connections the server closed, over real loopback sockets."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import asyncio
 import json
 import ssl
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,6 +22,7 @@ from sweeper.record import recorder
 from sweeper.record.client import RequestSpec, stream_request
 from sweeper.record.config import RecordConfig, RequestCount
 from sweeper.record.http11 import RawClient, split_url, ssl_context_for
+from sweeper.record.stamps import StampStats, stamps_distorted
 from sweeper.record.workload import completion_body
 from sweeper.store import load_trace_set
 from sweeper.testing.server import ServerProcess, ServerThread
@@ -290,3 +293,76 @@ async def test_arrivals_are_stamped_with_the_injected_clock(server: ServerThread
         )  # fmt: skip
     assert trace.status == "ok", trace.error
     assert 0 < trace.chunk_ns[0] <= trace.chunk_ns[-1] <= trace.end_ns < 10 * 10**9  # type: ignore[operator]
+
+
+async def _hog(stop: asyncio.Event, block_s: float) -> None:
+    """Keep the event loop busy: block it for ``block_s`` at a time (what parsing hundreds of
+    other streams does), yielding only briefly in between."""
+    while not stop.is_set():
+        time.sleep(block_s)
+        await asyncio.sleep(0.0005)
+
+
+async def _stream_with_hog(
+    process_server: ServerProcess, rids: list[str], block_s: float
+) -> tuple[list[float], StampStats]:
+    """Stream ``rids`` while the loop is hogged; each chunk's delay (stamp - server write, ms)."""
+    stamps = StampStats()
+    stop = asyncio.Event()
+    hog = asyncio.create_task(_hog(stop, block_s))
+    try:
+        async with RawClient() as client:
+            traces = await asyncio.gather(*(
+                stream_request(
+                    client, f"{process_server.base_url}/v1/completions", _spec(rid),
+                    endpoint="completions", origin_ns=0, timeout_s=30, stamps=stamps,
+                )
+                for rid in rids
+            ))  # fmt: skip
+    finally:
+        stop.set()
+        await hog
+    delays = []
+    for trace, rid in zip(traces, rids, strict=True):
+        assert trace.status == "ok", trace.error
+        truth = process_server.truth(rid)
+        assert truth is not None
+        arrivals = [trace.send_ns + c for c in trace.chunk_ns]
+        delays += [(a - w) / NS_PER_MS for a, w in zip(arrivals, truth["content_ns"], strict=True)]
+    return delays, stamps
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
+async def test_a_busy_loop_reads_late_but_stamps_the_kernels_arrival_time(
+    process_server: ServerProcess,
+) -> None:
+    """The loop is blocked 3 ms at a time, so chunks wait in their sockets for up to 3 ms (the
+    read delay says so); their stamps are still the kernel's receive times, within 0.5 ms of the
+    server's writes, because chunks 5 ms apart never wait long enough to share a read."""
+    for attempt in range(TIMING_ATTEMPTS):
+        rids = [f"hog-{attempt}-{i}" for i in range(2)]
+        delays, stamps = await _stream_with_hog(process_server, rids, block_s=0.003)
+        check = stamps.summary(2)
+        assert check is not None and check.source == "kernel"
+        assert min(delays) >= 0, "a chunk was stamped before the server wrote it"
+        assert check.read_delay_max_ms is not None and check.read_delay_max_ms > 1.0
+        if check.merged_chunks == 0 and max(delays) < 0.5:
+            break
+    assert check.merged_chunks == 0 and max(delays) < 0.5, (check, max(delays))
+    assert not stamps_distorted(check)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
+async def test_chunks_that_share_a_late_read_are_counted_and_flagged(
+    process_server: ServerProcess,
+) -> None:
+    """Blocked 12 ms at a time against chunks every 5 ms, reads return two or three chunks at
+    once: the earlier ones carry the later one's time. The self-check counts them, says the
+    level's stamps are distorted, and the late stamps it warns about are really there."""
+    delays, stamps = await _stream_with_hog(process_server, ["merge-0", "merge-1"], block_s=0.012)
+    check = stamps.summary(2)
+    assert check is not None and check.source == "kernel"
+    assert check.merged_chunks > 0.1 * check.chunks
+    assert stamps_distorted(check)
+    assert max(delays) > 2.0  # the merged chunks' stamps are late
+    assert min(delays) >= 0

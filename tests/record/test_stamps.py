@@ -1,0 +1,68 @@
+"""The recorder's self-check on its own reads: counts, read delays, the worker round trip and
+the rule that decides a level's chunk times may be off."""
+
+from __future__ import annotations
+
+from sweeper.record.stamps import MERGED_SHARE_LIMIT, StampStats, stamps_distorted
+
+NS_PER_MS = 1_000_000
+
+
+def test_counts_and_read_delays_summarize_one_level() -> None:
+    stats = StampStats()
+    for i in range(100):
+        stats.add_read(i * NS_PER_MS // 10, 1)  # 0.0 .. 9.9 ms
+    stats.add_read(5 * NS_PER_MS, 3)  # one read carried three chunks of a stream: two merged
+    check = stats.summary(8)
+    assert check is not None
+    assert (check.concurrency, check.source) == (8, "kernel")
+    assert (check.reads, check.chunks, check.merged_chunks) == (101, 103, 2)
+    assert check.read_delay_max_ms == 9.9
+    assert 4.5 < (check.read_delay_p50_ms or 0) < 5.5
+    assert stamps_distorted(check)  # 2 of 103 merged (1.9 %), reads 9.8 ms late at p99
+
+
+def test_merged_chunks_read_promptly_are_not_a_distortion() -> None:
+    """A server that writes two events at once gives merged reads that waited no time: not the
+    recorder's doing, no warning."""
+    stats = StampStats()
+    for _ in range(100):
+        stats.add_read(20_000, 2)  # 20 µs in the socket
+    check = stats.summary(1)
+    assert check is not None and check.merged_chunks == 100
+    assert not stamps_distorted(check)
+
+
+def test_a_few_merged_chunks_do_not_reach_the_p99() -> None:
+    stats = StampStats()
+    chunks = 1000
+    merged = int(MERGED_SHARE_LIMIT * chunks) - 1
+    for _ in range(chunks - 2 * merged):
+        stats.add_read(5 * NS_PER_MS, 1)
+    for _ in range(merged):
+        stats.add_read(5 * NS_PER_MS, 2)
+    check = stats.summary(64)
+    assert check is not None and check.merged_chunks == merged
+    assert not stamps_distorted(check)
+
+
+def test_without_kernel_times_the_source_is_the_read() -> None:
+    stats = StampStats()
+    stats.add_read(None, 1)
+    stats.add_read(1_000, 1)  # one read with a kernel time is not enough: not every read had one
+    check = stats.summary(2)
+    assert check is not None and check.source == "read" and check.read_delay_p99_ms is None
+    assert not stamps_distorted(check)
+    assert StampStats().summary(2) is None
+
+
+def test_worker_states_merge_into_the_parents() -> None:
+    a, b, parent = StampStats(), StampStats(), StampStats()
+    a.add_read(1 * NS_PER_MS, 1)
+    b.add_read(3 * NS_PER_MS, 2)
+    for worker in (a, b):
+        parent.merge(worker.state())
+    check = parent.summary(4)
+    assert check is not None
+    assert (check.reads, check.chunks, check.merged_chunks) == (2, 3, 1)
+    assert check.read_delay_max_ms == 3.0
