@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -61,10 +62,11 @@ from sweeper.testing.server import spawn_server
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"  # default --out folder, any CWD
 
-TOOLS = ("sweeper", "sweeper-w2", "vllm", "aiperf", "guidellm")
+TOOLS = ("sweeper", "sweeper-w2", "sweeper-httpx", "vllm", "aiperf", "guidellm")
 AVAILABLE = {
     "sweeper": sweeper_available,
     "sweeper-w2": sweeper_workers_available,
+    "sweeper-httpx": sweeper_available,
     "vllm": vllm_available,
     "aiperf": aiperf_available,
     "guidellm": guidellm_available,
@@ -74,8 +76,9 @@ QUICK_LEVELS = "1,16,64"
 ITL_ERROR_LIMIT_MS = 1.0  # "sustains": |p99 ITL error| under this
 SWEEPER_GOAL_MS = 0.5
 RATIO_GOAL = 2.0
-# A level "lagged" when sweeper's p99 delivery delay (receive - server write) passes this: the
-# same bound as the recorder's own warning (p99 event-loop lag over 2 ms).
+# The truth behind the recorder's self-check: a level "lagged" when sweeper's chunk times were
+# off where it matters, |p99 ITL error| over ITL_ERROR_LIMIT_MS, or when its p99 delivery delay
+# (stamp - server write) passed this.
 SELF_CHECK_DELAY_MS = 2.0
 LEVEL_TIMEOUT_S = 300.0
 MIN_REQUESTS = 32
@@ -122,8 +125,12 @@ def _sweeper_details(level: ToolLevel, server_truths: list[dict[str, Any]]) -> N
     lag = [x for x in manifest.client.loop_lag if x.concurrency == level.concurrency]
     if lag:  # one entry per recorder process: keep the worst
         level.extra["loop_lag"] = max(lag, key=lambda x: x.p99_ms).model_dump()
+    stamps = [x for x in manifest.client.stamp_checks if x.concurrency == level.concurrency]
+    if stamps:
+        level.extra["stamps"] = stamps[0].model_dump()
+    at_level = re.compile(rf"\bconcurrency {level.concurrency}\b")
     level.extra["flagged"] = any(
-        "event loop lagged" in w and f"concurrency {level.concurrency} " in w
+        ("event loop lagged" in w or "read late" in w) and at_level.search(w)
         for w in manifest.warnings
     )
     level.extra["errors"] = sum(1 for r in trace.requests if r.status != "ok")
@@ -181,6 +188,7 @@ def _run_tool(
         runners: dict[str, Callable[[Workload, int, int, Path, float], ToolLevel]] = {
             "sweeper": run_sweeper,
             "sweeper-w2": functools.partial(run_sweeper, workers=2),
+            "sweeper-httpx": functools.partial(run_sweeper, http_client="httpx"),
             "aiperf": run_aiperf,
             "guidellm": run_guidellm,
         }
@@ -245,15 +253,16 @@ def _table(rows: list[dict[str, Any]], itl_ms: float) -> Table:
     )
     for name in (
         "tool", "C", "tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p99",
-        "CPU cores", "delivery p50/p99/max", "lag p99", "flagged",
+        "CPU cores", "delivery p50/p99/max", "lag p99", "read delay p99", "merged", "flagged",
     ):  # fmt: skip
         table.add_column(name, justify="left" if name == "tool" else "right")
     for row in rows:
         if row.get("error"):
-            table.add_row(row["tool"], str(row["concurrency"]), "failed", *[""] * 9)
+            table.add_row(row["tool"], str(row["concurrency"]), "failed", *[""] * 11)
             continue
         delivery = row.get("delivery")
         lag = row.get("loop_lag")
+        stamps = row.get("stamps") or {}
         table.add_row(
             row["tool"],
             str(row["concurrency"]),
@@ -270,6 +279,8 @@ def _table(rows: list[dict[str, Any]], itl_ms: float) -> Table:
                 else "-"
             ),
             _fmt(lag["p99_ms"]) if lag else "-",
+            _fmt(stamps.get("read_delay_p99_ms")),
+            f"{stamps['merged_chunks'] / stamps['chunks']:.2%}" if stamps.get("chunks") else "-",
             _fmt(row.get("flagged")) if row["tool"].startswith("sweeper") else "-",
         )
     return table
@@ -332,11 +343,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     best_sweeper = max(
         (v["best"] for t, v in sustained["itl"].items() if t.startswith("sweeper")), default=0.0
     )
-    # The recorder's self-check: did it flag exactly the levels whose chunks reached it late?
+    # The recorder's self-check: did it flag exactly the levels whose chunk times were off?
     self_check = []
     for row in rows:
         if row["tool"].startswith("sweeper") and "delivery" in row:
-            lagged = row["delivery"]["p99_ms"] > SELF_CHECK_DELAY_MS
+            itl_off = not _passes(row, "itl")
+            lagged = itl_off or row["delivery"]["p99_ms"] > SELF_CHECK_DELAY_MS
             self_check.append(
                 {
                     "tool": row["tool"],
@@ -344,6 +356,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "concurrency": row["concurrency"],
                     "delivery_p99_ms": row["delivery"]["p99_ms"],
                     "lag_p99_ms": (row.get("loop_lag") or {}).get("p99_ms"),
+                    "itl_p99_error_over_1ms": itl_off,
                     "lagged": lagged,
                     "flagged": row.get("flagged"),
                     "agrees": lagged == row.get("flagged"),
@@ -481,7 +494,8 @@ def main(
     if checks:
         agree = sum(1 for c in checks if c["agrees"])
         console.print(
-            f"self-check (flagged == delivery p99 > {SELF_CHECK_DELAY_MS:g} ms): "
+            f"self-check (flagged == |p99 ITL error| > {ITL_ERROR_LIMIT_MS:g} ms or delivery p99 "
+            f"> {SELF_CHECK_DELAY_MS:g} ms): "
             f"{agree} of {len(checks)} levels agree; "
             + ", ".join(
                 f"{c['tool']} C={c['concurrency']}: {'flagged' if c['flagged'] else 'not flagged'}"

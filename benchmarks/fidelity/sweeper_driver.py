@@ -30,6 +30,7 @@ def main() -> None:
         run_id=spec["run_id"],
         max_error_rate=1.0,
         workers=spec.get("workers", 1),
+        http_client=spec.get("http_client", "raw"),
     )
     folder = record_sweep(config, progress=NullProgress())
     print(f"recorded {folder}")

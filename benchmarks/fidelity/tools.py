@@ -164,9 +164,10 @@ def run_sweeper(
     folder: Path,
     timeout_s: float,
     workers: int = 1,
+    http_client: str = "raw",
 ) -> ToolLevel:
     """sweeper's recorder for one level (``record_sweep``, what ``sweeper record --quiet`` runs);
-    the trace set is read back by the caller."""
+    the trace set is read back by the caller. ``http_client="httpx"`` is ``--http-client httpx``."""
     run_id = f"fidelity-c{concurrency}"
     spec = {
         "base_url": work.base_url,
@@ -178,10 +179,13 @@ def run_sweeper(
         "out": str(folder),
         "run_id": run_id,
         "workers": workers,
+        "http_client": http_client,
     }
     command: list[str | Path] = [SWEEPER_PYTHON, SWEEPER_DRIVER, json.dumps(spec)]
     run = run_process(command, folder / f"{run_id}.log", timeout_s, quiet_env())
     name = "sweeper" if workers == 1 else f"sweeper x{workers}"
+    if http_client != "raw":
+        name += f" ({http_client})"
     level = ToolLevel(name, concurrency, requests, run.start_ns, run.end_ns, run)
     level.extra["trace_set"] = str(folder / run_id)
     if run.code != 0:

@@ -58,5 +58,8 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
         assert 4 < row["truth_itl_p50_ms"] < 7  # the server's own 5 ms schedule
         assert row["tool_itl_p50_ms"] > 0 and row["tool_ttft_p50_ms"] > 0
         assert "loop_lag" in row and isinstance(row["flagged"], bool)
+        if sys.platform == "linux":  # the raw client's chunk times are the kernel's
+            assert row["stamps"]["source"] == "kernel"
+            assert row["stamps"]["chunks"] == 32 * 8
     assert set(data["summary"]["sustained_tok_s"]["itl"]["sweeper"]) == {"best", "contiguous"}
     assert all(isinstance(c["agrees"], bool) for c in data["summary"]["self_check"])
