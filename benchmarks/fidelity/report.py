@@ -16,12 +16,12 @@ HEADERS = {
     "en": (
         "tool", "streams", "tok/s (truth)", "TTFT p50 err", "TTFT p99 err", "ITL p50 err",
         "ITL p99 err", "TPOT p99 err", "CPU (cores)", "delivery p50 / p99 / max",
-        "loop lag p99", "flagged",
+        "loop lag p99", "read delay p99", "merged", "flagged",
     ),
     "zh": (
         "工具", "并发流", "token/s(真值)", "TTFT p50 误差", "TTFT p99 误差", "ITL p50 误差",
         "ITL p99 误差", "TPOT p99 误差", "CPU(核)", "送达延迟 p50 / p99 / 最大",
-        "事件循环滞后 p99", "自检告警",
+        "事件循环滞后 p99", "读取等待 p99", "合并分块", "自检告警",
     ),
 }  # fmt: skip
 WORDS = {
@@ -44,11 +44,12 @@ def markdown_table(rows: list[dict[str, Any]], lang: str = "en") -> str:
     ]
     for row in rows:
         if row.get("error"):
-            cells = [row["tool"], str(row["concurrency"]), words["failed"]] + ["–"] * 9
+            cells = [row["tool"], str(row["concurrency"]), words["failed"]] + ["–"] * 11
         else:
             delivery = row.get("delivery")
             lag = row.get("loop_lag")
             flagged = row.get("flagged")
+            stamps = row.get("stamps") or {}
             cells = [
                 row["tool"],
                 str(row["concurrency"]),
@@ -65,6 +66,10 @@ def markdown_table(rows: list[dict[str, Any]], lang: str = "en") -> str:
                     else "–"
                 ),
                 _num(lag["p99_ms"]) if lag else "–",
+                _num(stamps.get("read_delay_p99_ms")),
+                f"{stamps['merged_chunks'] / stamps['chunks']:.1%}"
+                if stamps.get("chunks")
+                else "–",
                 (words["yes"] if flagged else words["no"]) if flagged is not None else "–",
             ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -73,18 +78,22 @@ def markdown_table(rows: list[dict[str, Any]], lang: str = "en") -> str:
 
 def sustained_table(summary: dict[str, Any], lang: str = "en") -> str:
     head = {
-        "en": ("tool", "ITL: best", "ITL: contiguous", "TPOT: best", "TPOT: contiguous"),
-        "zh": ("工具", "ITL:最高", "ITL:连续", "TPOT:最高", "TPOT:连续"),
-    }[lang]
+        "en": ("tool", "ITL: best", "ITL: contiguous", "ITL: strict", "TPOT: best",
+               "TPOT: contiguous"),
+        "zh": ("工具", "ITL:最高", "ITL:连续", "ITL:严格", "TPOT:最高", "TPOT:连续"),
+    }[lang]  # fmt: skip
     tools = list(
         dict.fromkeys([*summary["sustained_tok_s"]["itl"], *summary["sustained_tok_s"]["tpot"]])
     )
-    lines = ["| " + " | ".join(head) + " |", "|---|--:|--:|--:|--:|"]
+    lines = ["| " + " | ".join(head) + " |", "|---|--:|--:|--:|--:|--:|"]
     for tool in tools:
         cells = [tool]
-        for metric in ("itl", "tpot"):
+        for metric, keys in (
+            ("itl", ("best", "contiguous", "strict")),
+            ("tpot", ("best", "contiguous")),
+        ):
             rate = summary["sustained_tok_s"][metric].get(tool)
-            cells += [f"{rate['best']:.0f}", f"{rate['contiguous']:.0f}"] if rate else ["–", "–"]
+            cells += [f"{rate[k]:.0f}" if rate and k in rate else "–" for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
