@@ -76,13 +76,15 @@ QUICK_LEVELS = "1,16,64"
 ITL_ERROR_LIMIT_MS = 1.0  # "sustains": |p99 ITL error| under this
 SWEEPER_GOAL_MS = 0.5
 RATIO_GOAL = 2.0
+# How a tool's sustained rate is read: "contiguous" (the rate reached before its p99 error first
+# passes 1 ms, the issue's goal), "strict" (p50 within 1 ms too) and "best" (any level).
+RATE_KINDS = ("contiguous", "strict", "best")
 # The truth behind the recorder's self-check: a level "lagged" when sweeper's chunk times were
 # off where it matters, |p99 ITL error| over ITL_ERROR_LIMIT_MS, or when its p99 delivery delay
 # (stamp - server write) passed this.
 SELF_CHECK_DELAY_MS = 2.0
 LEVEL_TIMEOUT_S = 300.0
 MIN_REQUESTS = 32
-NS_PER_S = 1_000_000_000
 
 
 def _levels(text: str) -> list[int]:
@@ -331,13 +333,17 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Sustained rates per tool and metric, sweeper's ratios to each peer, the issue's goals, and
     the recorder's self-check."""
     sustained = {metric: sustained_rates(rows, metric) for metric in ("itl", "tpot")}
-    ratios: dict[str, dict[str, float | None]] = {}
+    ratios: dict[str, dict[str, dict[str, float | None]]] = {}
     for metric, rates in sustained.items():
-        mine = rates.get("sweeper", {}).get("best", 0.0)
+        mine = rates.get("sweeper", {})
         ratios[metric] = {
-            f"sweeper/{tool}": (mine / value["best"] if value["best"] else None)
-            for tool, value in rates.items()
-            if tool != "sweeper"
+            kind: {
+                f"sweeper/{tool}": (mine[kind] / value[kind] if mine and value[kind] else None)
+                for tool, value in rates.items()
+                if tool != "sweeper" and kind in value
+            }
+            for kind in RATE_KINDS
+            if metric == "itl" or kind != "strict"
         }
     # Goal 1 (ITL, chunk gaps): sweeper under 0.5 ms wherever any peer is under 1 ms.
     peer_ok = {
@@ -351,12 +357,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for key in sorted(peer_ok)
         if key not in sweeper_rows or not _passes(sweeper_rows[key], "itl", SWEEPER_GOAL_MS)
     ]
+    # Goal 2: sweeper (one process, the default) sustains twice the best peer's token rate
+    # "before passing 1 ms": the contiguous rate. The other two readings are kept beside it.
     goal2: dict[str, bool | None] = {}
-    for kind in ("best", "strict"):
-        itl = sustained["itl"].items()
-        best_peer = max((v[kind] for t, v in itl if not t.startswith("sweeper")), default=0.0)
-        best_sweeper = max((v[kind] for t, v in itl if t.startswith("sweeper")), default=0.0)
-        goal2[kind] = best_sweeper >= RATIO_GOAL * best_peer if best_peer else None
+    itl_rates = sustained["itl"]
+    for kind in RATE_KINDS:
+        best_peer = max(
+            (v[kind] for t, v in itl_rates.items() if not t.startswith("sweeper")), default=0.0
+        )
+        own_rate = itl_rates.get("sweeper", {}).get(kind, 0.0)
+        goal2[kind] = own_rate >= RATIO_GOAL * best_peer if best_peer else None
     # The recorder's self-check: did it flag exactly the levels whose chunk times were off?
     self_check = []
     for row in rows:
@@ -381,8 +391,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "ratios": ratios,
         "goal_sweeper_under_0_5ms_where_peers_under_1ms": not goal1_misses,
         "goal1_misses": goal1_misses,
-        "goal_twice_best_peer": goal2["best"],
-        "goal_twice_best_peer_strict": goal2["strict"],
+        "goal_twice_best_peer": goal2["contiguous"],
+        "goal_twice_best_peer_by_kind": goal2,
         "self_check": self_check,
     }
 
@@ -504,13 +514,16 @@ def main(
                 f"  {tool:16s} {rate['best']:9.0f} / {rate['contiguous']:9.0f} / "
                 f"{rate['strict']:9.0f} tok/s"
             )
-        for name, ratio in summary["ratios"][metric].items():
-            console.print(f"  {name:22s} {_fmt(ratio)}x")
+        for kind, by_tool in summary["ratios"][metric].items():
+            for name, ratio in by_tool.items():
+                console.print(f"  {kind:10s} {name:26s} {_fmt(ratio)}x")
     console.print(
         f"goals: sweeper < {SWEEPER_GOAL_MS} ms wherever a peer < 1 ms: "
         f"{_fmt(summary['goal_sweeper_under_0_5ms_where_peers_under_1ms'])}; "
-        f"sweeper >= {RATIO_GOAL:g}x best peer: {_fmt(summary['goal_twice_best_peer'])} "
-        f"(strict: {_fmt(summary['goal_twice_best_peer_strict'])})"
+        f"sweeper >= {RATIO_GOAL:g}x best peer before passing 1 ms: "
+        f"{_fmt(summary['goal_twice_best_peer'])} ("
+        + ", ".join(f"{k}: {_fmt(v)}" for k, v in summary["goal_twice_best_peer_by_kind"].items())
+        + ")"
     )
     checks = summary["self_check"]
     if checks:
