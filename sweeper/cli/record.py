@@ -219,10 +219,11 @@ def _warmup(value: str) -> int | None:
     type=click.Choice(["raw", "httpx"]),
     default="raw",
     show_default=True,
-    help="What streams the requests: raw (sweeper's lean HTTP/1.1 client on asyncio sockets, "
-    "one keep-alive connection per stream) or httpx (one shared httpx client, which falls "
-    "behind from about 64 streams: see docs/fidelity.md). Probes and /metrics scrapes always "
-    "use httpx.",
+    help="What streams the requests: raw (sweeper's lean HTTP/1.1 client, one keep-alive "
+    "connection per stream; over http:// on Linux each chunk carries the kernel's receive time, "
+    "which a busy recorder cannot delay) or httpx (one shared httpx client, stamped when read, "
+    "which falls behind from about 64 streams: see docs/fidelity.md). Probes and /metrics "
+    "scrapes always use httpx.",
 )
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @friendly_errors
