@@ -35,12 +35,11 @@ from sweeper.server_metrics import server_level_frame
 from sweeper.store import TraceSet
 from sweeper.tail_signature import StallSignature, stall_signature
 from sweeper.thresholds import DEFAULT_SLO_TABLE, DEFAULT_THRESHOLDS, Thresholds
+from sweeper.units import MS_PER_S
 
 DOMAIN = "findings"
 GIB = 1 << 30
 GB = 1e9
-MS_PER_S = 1e3
-
 Severity = Literal["info", "notice", "warning", "critical", "unknown"]
 FINDING_IDS = (
     "roofline",

@@ -19,10 +19,10 @@ from functools import cache
 from pathlib import Path
 
 from babel import Locale
-from babel.dates import format_date, format_datetime
+from babel.dates import format_date
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
-from babel.numbers import format_compact_decimal, format_decimal, format_percent
+from babel.numbers import format_decimal, format_percent
 from babel.support import NullTranslations, Translations
 
 LANGUAGES = ("en", "zh")
@@ -86,14 +86,5 @@ def fmt_percent(fraction: float, lang: str, digits: int = 1) -> str:
     return format_percent(fraction, format=pattern, locale=babel_locale(lang))
 
 
-def fmt_compact(value: float | int, lang: str) -> str:
-    """4.6K / 4.6万."""
-    return format_compact_decimal(value, locale=babel_locale(lang), fraction_digits=1)
-
-
 def fmt_date(value: datetime, lang: str) -> str:
     return format_date(value, format="long", locale=babel_locale(lang))
-
-
-def fmt_datetime(value: datetime, lang: str) -> str:
-    return format_datetime(value, format="medium", locale=babel_locale(lang), tzinfo=value.tzinfo)

@@ -35,13 +35,11 @@ import pandas as pd
 
 from sweeper.schema import RequestTrace, RunManifest, fact_value
 from sweeper.store import TraceSet
+from sweeper.units import NS_PER_MS, NS_PER_S
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_NAMES = ("mean", "p50", "p90", "p95", "p99")
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
-NS_PER_MS = 1e6
-NS_PER_S = 1e9
-
 REQUEST_COLUMNS = [
     "concurrency",
     "request_id",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -419,10 +419,3 @@ class MetricSample(_Model):
     duration_ns: int | None = None
     error: str | None = None
     series: list[Series] = Field(default_factory=list)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-PositiveInt = Annotated[int, Field(ge=1)]

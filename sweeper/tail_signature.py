@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sweeper.thresholds import DEFAULT_THRESHOLDS, Thresholds
-
-MS_PER_S = 1e3
+from sweeper.units import MS_PER_S
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import httpx
 import numpy as np
 
 from sweeper.testing.server import spawn_server
+from sweeper.units import NS_PER_MS
 
-NS_PER_MS = 1_000_000
 Recv = list[tuple[int, int]]  # (monotonic ns, content events in this read)
 Result = tuple[str, int, Recv]  # (request id, send ns, reads)
 

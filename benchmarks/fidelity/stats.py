@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
+from sweeper.units import NS_PER_MS, NS_PER_S
 
 
 def pct(values: list[float] | np.ndarray, q: float) -> float:

@@ -29,10 +29,8 @@ from sweeper.schema import (
     check_run_id,
 )
 from sweeper.store import DEFAULT_TRACES_DIR, write_trace_set
+from sweeper.units import NS_PER_MS, NS_PER_S
 
-NS_PER_S = 1_000_000_000
-NS_PER_MS = 1_000_000
-MS_PER_S = 1000.0
 RUN_ID_MAX = 128
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ImportFormatError
-from sweeper.importers._common import NS_PER_S, Imported, need, read_json
+from sweeper.importers._common import Imported, need, read_json
 from sweeper.schema import RequestError, RequestTrace, Target, Workload
+from sweeper.units import NS_PER_S
 
 REPORT_FILE = "benchmarks.json"
 WHAT = "a GuideLLM benchmarks.json ({metadata, benchmarks: [{config.strategy, requests}]})"

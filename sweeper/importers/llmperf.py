@@ -27,8 +27,6 @@ from typing import Any
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers._common import (
-    MS_PER_S,
-    NS_PER_S,
     Imported,
     closed_loop_sends,
     level_from_name,
@@ -37,6 +35,7 @@ from sweeper.importers._common import (
     read_json,
 )
 from sweeper.schema import RequestError, RequestTrace, Target, Workload
+from sweeper.units import MS_PER_S, NS_PER_S
 
 RESPONSES_SUFFIX = "_individual_responses.json"
 SUMMARY_SUFFIX = "_summary.json"

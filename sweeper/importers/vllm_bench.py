@@ -28,8 +28,6 @@ from typing import Any
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers._common import (
-    MS_PER_S,
-    NS_PER_S,
     Imported,
     chunk_offsets_ns,
     closed_loop_sends,
@@ -39,6 +37,7 @@ from sweeper.importers._common import (
     spread_tokens,
 )
 from sweeper.schema import RequestError, RequestTrace, Target, Workload
+from sweeper.units import MS_PER_S, NS_PER_S
 
 WHAT = "a `vllm bench serve` result JSON (keys duration, completed, mean_ttft_ms, ...)"
 DETAIL_KEYS = ("ttfts", "itls", "input_lens", "output_lens")

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from sweeper.units import NS_PER_S
+
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 CLOSE_WAIT_S = 2.0  # longest wait for the connections to finish closing at the end
 READ_SIZE = 65536
@@ -50,7 +52,6 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 USER_AGENT = "sweeper"
 CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
-NS_PER_S = 1_000_000_000
 HTTP_CONTINUE_MIN, HTTP_CONTINUE_MAX = 100, 199
 SWITCHING_PROTOCOLS = 101
 NO_BODY_STATUSES = (204, 304)  # never a body, whatever the headers say

@@ -14,9 +14,7 @@ import asyncio
 from sweeper.record.client import Clock, default_clock
 from sweeper.record.progress import percentile
 from sweeper.schema import LoopLag
-
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
+from sweeper.units import NS_PER_MS, NS_PER_S
 
 
 class LagMonitor:

@@ -17,9 +17,9 @@ from rich.live import Live
 from rich.table import Table
 
 from sweeper.schema import RequestTrace
+from sweeper.units import NS_PER_MS
 
 ITL_WINDOW = 4096  # recent gaps kept for the running ITL median
-NS_PER_MS = 1_000_000
 LIVE_REFRESH_PER_S = 2  # low: the drawing thread shares the GIL with the timing loop
 
 

@@ -21,8 +21,8 @@ from array import array
 
 from sweeper.record.progress import percentile
 from sweeper.schema import StampCheck
+from sweeper.units import NS_PER_MS
 
-NS_PER_MS = 1_000_000
 MERGED_SHARE_LIMIT = 0.005  # merged chunks past this share can move the p99 of the gaps
 READ_DELAY_WARN_MS = 1.0  # reads later than this at p99 can put that much into merged stamps
 MAX_SAMPLES = 1_000_000  # read delays kept per level (8 MB); counts stay exact past it

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 
 from sweeper.testing.config import ServerConfig
 from sweeper.testing.truth import RequestTruth
-
-NS_PER_S = 1_000_000_000
-NS_PER_MS = 1_000_000
+from sweeper.units import NS_PER_MS, NS_PER_S
 
 
 async def _sleep_until_ns(due_ns: int) -> None:
