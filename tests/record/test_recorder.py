@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,7 @@ def test_sweep_writes_a_complete_trace_set(server: ServerThread, tmp_path: Path)
     )
     assert m.clock is not None and m.clock.origin_monotonic_ns > 0
     assert [lag.concurrency for lag in m.client.loop_lag] == [1, 3]
+    assert [check.concurrency for check in m.client.stamp_checks] == [1, 3]
     # Metrics: scraped before, during and after, on the same clock as the requests.
     times = [s.t_ns for s in ts.metrics]
     assert len(times) >= 3 and times == sorted(times)
@@ -264,5 +266,11 @@ def test_workers_spread_streams_over_processes_on_one_clock(
     assert {r.worker for r in ts.requests if r.concurrency == 4} == {0, 1}
     assert all(r.status == "ok" and r.completion_tokens == 12 for r in ts.requests)
     assert [lag.concurrency for lag in ts.manifest.client.loop_lag] == [1, 4]
+    # Both workers' reads are in the level's stamp check: every content chunk, counted once.
+    checks = {c.concurrency: c for c in ts.manifest.client.stamp_checks}
+    assert sorted(checks) == [1, 4]
+    for c, check in checks.items():
+        assert check.chunks == sum(len(r.chunk_ns) for r in ts.requests if r.concurrency == c)
+        assert check.source == ("kernel" if sys.platform == "linux" else "read")
     delays, _, _ = _timing_errors(process_server, folder)
     assert min(delays) >= 0, "a worker stamped a chunk before the server wrote it"

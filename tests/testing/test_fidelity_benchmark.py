@@ -61,5 +61,9 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
         if sys.platform == "linux":  # the raw client's chunk times are the kernel's
             assert row["stamps"]["source"] == "kernel"
             assert row["stamps"]["chunks"] == 32 * 8
-    assert set(data["summary"]["sustained_tok_s"]["itl"]["sweeper"]) == {"best", "contiguous"}
+    assert set(data["summary"]["sustained_tok_s"]["itl"]["sweeper"]) == {
+        "best",
+        "contiguous",
+        "strict",
+    }
     assert all(isinstance(c["agrees"], bool) for c in data["summary"]["self_check"])
