@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from sweeper.units import NS_PER_S
@@ -107,12 +107,16 @@ def ssl_context_for(origin: Origin) -> ssl.SSLContext | None:
 
 # Kernel receive timestamps (SO_TIMESTAMPNS, Linux): every recvmsg() on a TCP socket carries the
 # time its newest bytes reached the socket, in CLOCK_REALTIME. Python names neither constant.
+# Elsewhere (and over TLS) connections are asyncio transports, stamped in the data callback.
+KERNEL_STAMPS = sys.platform == "linux" and hasattr(socket.socket, "recvmsg")
 SO_TIMESTAMPNS = 35
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: seconds, nanoseconds
-ANCILLARY_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
+ANCILLARY_SIZE = socket.CMSG_SPACE(TIMESPEC.size) if KERNEL_STAMPS else 0
+# A kernel time older than this is not believed (CLOCK_REALTIME stepped between arrival and read):
+# the read's own time is used instead.
+MAX_AGE_NS = 10 * NS_PER_S
 HIGH_WATER = 4 * 1024 * 1024  # unread bytes at which a connection stops reading (flow control)
-LOW_WATER = HIGH_WATER // 4
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ class Inbox:
         """Every unread piece (waiting for one); [] at the end. Raises the connection's error."""
         await self._wait()
         if not self._size and self._error is not None:
-            raise self._error
+            raise ConnectionLost(str(self._error)) from self._error  # a fresh one per caller
         pieces = list(self._pieces)
         self._pieces.clear()
         self._size = 0
@@ -213,6 +217,8 @@ class Inbox:
                 found = head.find(separator, start)
                 if found >= 0:
                     cut = found + len(separator)
+                    if cut > limit:
+                        raise ProtocolViolation(f"response headers longer than {limit} bytes")
                     rest = len(head) - cut
                     tail = Piece(
                         piece.data[len(piece.data) - rest :], piece.arrival_ns, piece.age_ns
@@ -237,7 +243,6 @@ class _Connection:
 
     inbox: Inbox
     clock: Callable[[], int] = staticmethod(time.monotonic_ns)  # set per request by the caller
-    kernel_stamps = False
 
     async def send(self, data: bytes) -> None:
         raise NotImplementedError
@@ -251,26 +256,28 @@ class _Connection:
     async def wait_closed(self) -> None:
         return None
 
+    def closed(self) -> bool:
+        """Closed, and done closing."""
+        return self.is_closing()
+
     def usable(self) -> bool:
         """Still open on both sides with nothing unread (a FIN or stray byte rules it out)."""
         return not self.is_closing() and not self.inbox.ended and not self.inbox.unread
 
 
 class _SocketConnection(_Connection):
-    """Plain TCP on a non-blocking socket read by the loop's reader callback with recvmsg(), so
-    each read comes with the kernel's receive time: a busy event loop delays when a chunk is
-    read, not the time it is stamped with."""
+    """Plain TCP on Linux: a non-blocking socket read by the loop's reader callback with
+    recvmsg(), so each read comes with the kernel's receive time: a busy event loop delays when
+    a chunk is read, not the time it is stamped with."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
         self._loop, self._sock, self._fd = loop, sock, sock.fileno()
         self._closed = False
-        self.inbox = Inbox(self._pause, self._resume)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            self.kernel_stamps = sys.platform == "linux"
-        except OSError:
-            self.kernel_stamps = False
         self._reading = False
+        self._sending: asyncio.Future[None] | None = None
+        self._last_arrival = 0
+        self.inbox = Inbox(self._pause, self._resume)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self._resume()
 
     def _pause(self) -> None:
@@ -285,10 +292,7 @@ class _SocketConnection(_Connection):
 
     def _readable(self) -> None:
         try:
-            if self.kernel_stamps:
-                data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
-            else:
-                data, ancillary = self._sock.recv(READ_SIZE), []
+            data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -296,7 +300,7 @@ class _SocketConnection(_Connection):
             self.inbox.set_exception(ConnectionLost(_name(exc)))
             return
         # Both clocks read back to back: the kernel's realtime stamp becomes the caller's clock
-        # by its age (a clock step between runs cannot shift it).
+        # by its age.
         real_now = time.time_ns()
         now = self.clock()
         if not data:
@@ -304,15 +308,20 @@ class _SocketConnection(_Connection):
             self.inbox.feed_eof()
             return
         kernel_ns = kernel_arrival(ancillary)
-        if kernel_ns is None:
-            self.inbox.feed(Piece(data, now, None))
-            return
-        age = max(real_now - kernel_ns, 0)
-        self.inbox.feed(Piece(data, now - age, age))
+        age = None if kernel_ns is None else max(real_now - kernel_ns, 0)
+        if age is not None and age > MAX_AGE_NS:
+            age = None
+        # Never before the connection's previous read (a realtime clock stepped forward between
+        # this read's arrival and the read would make its age too large), never after now.
+        arrival = min(max(now - (age or 0), self._last_arrival), now)
+        self._last_arrival = arrival
+        self.inbox.feed(Piece(data, arrival, None if age is None else now - arrival))
 
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
+            if self._closed:
+                raise ConnectionLost("sending the request failed: the connection was closed")
             try:
                 view = view[self._sock.send(view) :]
             except (BlockingIOError, InterruptedError):
@@ -320,21 +329,31 @@ class _SocketConnection(_Connection):
             except OSError as exc:
                 raise ConnectionLost(f"sending the request failed: {_name(exc)}") from exc
             if view:  # the socket's send buffer is full: wait until it drains
-                ready = self._loop.create_future()
-                self._loop.add_writer(self._fd, _settle, ready)
+                self._sending = self._loop.create_future()
+                self._loop.add_writer(self._fd, _settle, self._sending)
                 try:
-                    await ready
+                    await self._sending
                 finally:
-                    self._loop.remove_writer(self._fd)
+                    self._sending = None
+                    if not self._closed:
+                        self._loop.remove_writer(self._fd)
 
     def is_closing(self) -> bool:
         return self._closed
 
     def close(self) -> None:
-        if not self._closed:
-            self._pause()
-            self._closed = True
-            self._sock.close()
+        """Close the socket, first taking it out of the loop (a stale registration would catch
+        the next socket given the same number) and waking whoever waits on it."""
+        if self._closed:
+            return
+        self._pause()
+        if self._sending is not None:
+            self._loop.remove_writer(self._fd)
+            if not self._sending.done():
+                self._sending.set_result(None)  # send() sees the close and raises
+        self._closed = True
+        self.inbox.set_exception(ConnectionLost("the connection was closed"))
+        self._sock.close()
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -343,38 +362,56 @@ def _settle(future: asyncio.Future[None]) -> None:
 
 
 class _FeedingProtocol(asyncio.Protocol):
-    """Feeds a TLS connection's decrypted bytes to its inbox, stamped in the data callback."""
+    """Feeds a transport's bytes to its inbox, stamped in the data callback. The inbox exists
+    from ``connection_made`` on: a TLS transport can deliver data (or a close) in the same
+    callback that completes its handshake, before ``create_connection`` returns."""
 
-    def __init__(self) -> None:
-        self.connection: _TLSConnection | None = None
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.inbox: Inbox | None = None
+        self.lost = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
+        reading = cast(asyncio.ReadTransport, transport)
+        self.inbox = Inbox(reading.pause_reading, reading.resume_reading)
 
     def data_received(self, data: bytes) -> None:
-        assert self.connection is not None
-        self.connection.inbox.feed(Piece(data, self.connection.clock(), None))
+        if self.inbox is not None:
+            self.inbox.feed(Piece(data, self.clock(), None))
 
     def eof_received(self) -> bool:
-        assert self.connection is not None
-        self.connection.inbox.feed_eof()
+        if self.inbox is not None:
+            self.inbox.feed_eof()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.connection is not None:
+        if self.inbox is not None:
             if exc is not None:
-                self.connection.inbox.set_exception(ConnectionLost(_name(exc)))
+                self.inbox.set_exception(ConnectionLost(_name(exc)))
             else:
-                self.connection.inbox.feed_eof()
-            self.connection.lost.set()
+                self.inbox.feed_eof()
+        self.lost.set()
 
 
-class _TLSConnection(_Connection):
-    """https: asyncio's TLS transport; no kernel times (the socket's bytes are not the body's)."""
+class _TransportConnection(_Connection):
+    """https, and plain TCP where the kernel gives no receive times: an asyncio transport,
+    each read stamped in the event loop's data callback."""
 
     def __init__(self, transport: asyncio.BaseTransport, protocol: _FeedingProtocol) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self.lost = asyncio.Event()
-        self.inbox = Inbox(transport.pause_reading, transport.resume_reading)
-        protocol.connection = self
+        if protocol.inbox is None:
+            raise ConnectionLost("the connection was made without a transport")
+        self._transport = cast(asyncio.Transport, transport)
+        self._protocol = protocol
+        self.inbox = protocol.inbox
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self._protocol.clock
+
+    @clock.setter
+    def clock(self, value: Callable[[], int]) -> None:
+        self._protocol.clock = value
 
     async def send(self, data: bytes) -> None:
         if self._transport.is_closing():
@@ -388,7 +425,10 @@ class _TLSConnection(_Connection):
         self._transport.close()
 
     async def wait_closed(self) -> None:
-        await self.lost.wait()
+        await self._protocol.lost.wait()
+
+    def closed(self) -> bool:
+        return self._protocol.lost.is_set()
 
 
 @dataclass
@@ -404,6 +444,7 @@ class RawClient:
     connects: int = 0
     _idle: dict[Origin, list[_Connection]] = field(default_factory=dict)
     _open: set[_Connection] = field(default_factory=set)
+    _closing: set[_Connection] = field(default_factory=set)  # closed, close not yet complete
     _closed: bool = False
 
     async def __aenter__(self) -> RawClient:
@@ -414,8 +455,9 @@ class RawClient:
 
     async def aclose(self) -> None:
         self._closed = True
-        conns = list(self._open)
+        conns = [*self._open, *self._closing]
         self._open.clear()
+        self._closing.clear()
         self._idle.clear()
         for conn in conns:
             conn.close()
@@ -452,8 +494,14 @@ class RawClient:
             if response is not None and response.reusable() and conn.usable():
                 self._idle.setdefault(origin, []).append(conn)
             else:
-                self._open.discard(conn)
-                conn.close()
+                self._retire(conn)
+
+    def _retire(self, conn: _Connection) -> None:
+        """Close a connection; one whose close takes a while (TLS) is awaited by aclose()."""
+        self._open.discard(conn)
+        conn.close()
+        if not conn.closed():
+            self._closing = {c for c in self._closing if not c.closed()} | {conn}
 
     def _request_head(
         self,
@@ -484,8 +532,7 @@ class RawClient:
             conn = idle.pop()
             if conn.usable():
                 return conn
-            self._open.discard(conn)
-            conn.close()  # the server closed it while idle: open a fresh one
+            self._retire(conn)  # the server closed it while idle: open a fresh one
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 conn = await _open(origin)
@@ -502,32 +549,32 @@ class RawClient:
 
 
 async def _open(origin: Origin) -> _Connection:
-    """A connection to ``origin``: a kernel-stamped socket for http, asyncio's TLS for https."""
+    """A connection to ``origin``: a kernel-stamped socket for http on Linux, else an asyncio
+    transport (TLS for https)."""
     loop = asyncio.get_running_loop()
     context = ssl_context_for(origin)
-    if context is not None:
-        protocol = _FeedingProtocol()
+    if context is not None or not KERNEL_STAMPS:
+        protocol = _FeedingProtocol(time.monotonic_ns)
         transport, _ = await loop.create_connection(
             lambda: protocol, origin.host, origin.port, ssl=context
         )
-        return _TLSConnection(transport, protocol)
+        return _TransportConnection(transport, protocol)
     infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
     failure: OSError | None = None
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
-        sock.setblocking(False)
         try:
+            sock.setblocking(False)
             await loop.sock_connect(sock, address)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return _SocketConnection(loop, sock)
         except OSError as exc:
             sock.close()
             failure = exc
-            continue
         except BaseException:
             sock.close()
             raise
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _SocketConnection(loop, sock)
     raise failure or OSError(f"no address for {origin.host}")
 
 
@@ -538,7 +585,6 @@ class RawResponse:
         self, conn: _Connection, version: str, status: int, headers: dict[str, str]
     ) -> None:
         self._inbox = conn.inbox
-        self.kernel_stamps = conn.kernel_stamps
         self.http_version = version
         self.status_code = status
         self.headers = headers

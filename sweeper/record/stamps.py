@@ -26,6 +26,7 @@ from sweeper.units import NS_PER_MS
 MERGED_SHARE_LIMIT = 0.005  # merged chunks past this share can move the p99 of the gaps
 READ_DELAY_WARN_MS = 1.0  # reads later than this at p99 can put that much into merged stamps
 MAX_SAMPLES = 1_000_000  # read delays kept per level (8 MB); counts stay exact past it
+KERNEL_SHARE = 0.99  # a level's stamps are the kernel's when at least this share of reads were
 
 
 class StampStats:
@@ -69,7 +70,8 @@ class StampStats:
     def summary(self, concurrency: int) -> StampCheck | None:
         if not self.reads:
             return None
-        kernel = self.kernel_reads == self.reads
+        # The kernel starts stamping a socket's reads once asked: a first read can come without.
+        kernel = self.kernel_reads >= KERNEL_SHARE * self.reads
         delays = [d / NS_PER_MS for d in self.delays_ns] if kernel else []
         return StampCheck(
             concurrency=concurrency,
