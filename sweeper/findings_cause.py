@@ -468,25 +468,31 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
         )
     if kernel and set(kernel) >= set(lags):
         worst_k = max(kernel, key=lambda c: _merged_share(kernel[c]))
+        delays = [k.read_delay_p99_ms for k in kernel.values() if k.read_delay_p99_ms is not None]
         text.add(
             N_(
                 "The recorder kept up: chunk times are the kernel's receive times, which a busy recorder "
-                "cannot delay, and at most {share} of the chunks of a level (C={c}) shared a socket read with "
-                "the next chunk of their stream, too few to move the ITL percentiles."
+                "cannot delay. At most {share} of a level's chunks (C={c}) shared a socket read with the next "
+                "chunk of their stream and so carry its time, and reads waited at most {delay} at p99: too few or "
+                "too short to move the ITL percentiles."
             ),
             share=_Pct(_merged_share(kernel[worst_k]), 2),
             c=worst_k,
+            delay=_Ms(max(delays, default=0.0)),
         )
         return Finding(
             id="client_health", severity="info", numbers=numbers, text=text.render(), data=uses
         )
+    # Levels stamped when read: their loop lag is what reached the stamps.
+    read_lags = {c: v for c, v in lags.items() if c not in kernel}
+    worst_read = max(read_lags, key=lambda c: read_lags[c])
     text.add(
         N_(
             "The recorder kept up: its event-loop lag stayed at or under {lag} at p99 (worst at C={c}), small against "
             "the gaps it measured."
         ),
-        lag=_Ms(lags[worst_c]),
-        c=worst_c,
+        lag=_Ms(read_lags[worst_read]),
+        c=worst_read,
     )
     return Finding(
         id="client_health", severity="info", numbers=numbers, text=text.render(), data=uses

@@ -166,3 +166,26 @@ def test_with_kernel_times_merged_chunks_read_late_are_a_distortion(tmp_path: Pa
     assert health.numbers["merged_share"]["2"] == 0.08
     assert "read late" in health.text["en"] and "8.0%" in health.text["en"]
     assert finding(found, "tail_cause").numbers["cause"] == "client_overload"
+
+
+def test_many_merged_chunks_read_promptly_are_no_distortion(tmp_path: Path) -> None:
+    """30 % merged, but reads never waited more than 0.2 ms: the server wrote those chunks
+    together; the text says how short the waits were rather than calling 30 % 'few'."""
+    checks = [_kernel(c, merged=300, delay_p99_ms=0.2) for c in LEVELS]
+    folder = write_simulated_run(tmp_path, "batched", LEVELS, stamp_checks=checks)
+    health = finding(analyze_run(load_trace_set(folder)), "client_health")
+    assert health.severity == "info"
+    assert "30.00%" in health.text["en"] and "0.2 ms" in health.text["en"]
+
+
+def test_levels_stamped_when_read_are_judged_by_their_own_loop_lag(tmp_path: Path) -> None:
+    """Two levels with kernel times, two without (e.g. resumed with --http-client httpx): the
+    healthy text quotes the loop lag of the levels it applies to, not the kernel levels' 0."""
+    lags = {1: 0.5, 2: 0.8, 4: 8.0, 8: 8.0}
+    checks = [_kernel(4, merged=0, delay_p99_ms=8.0), _kernel(8, merged=0, delay_p99_ms=8.0)]
+    folder = write_simulated_run(
+        tmp_path, "mixed", LEVELS, loop_lag_p99_ms=lags, stamp_checks=checks
+    )
+    health = finding(analyze_run(load_trace_set(folder)), "client_health")
+    assert health.severity == "info" and health.numbers["stamps"] == "read"
+    assert "0.8 ms" in health.text["en"] and "C=2" in health.text["en"]
