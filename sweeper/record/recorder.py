@@ -41,6 +41,7 @@ from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
 from sweeper.record.progress import LevelStats, NullProgress, Progress
 from sweeper.record.scrape import (
+    MetricsParser,
     Scraper,
     apply_metric_facts,
     cache_config_facts,
@@ -237,12 +238,31 @@ async def _record(
     api: str,
     headers: dict[str, str],
 ) -> Path:
-    config, manifest = run.config, run.manifest
+    config = run.config
     for message in info.warnings:
         run.warn(message)
     if config.server_log is not None:
         run.writer.copy_server_log(config.server_log)
     counter = await _token_counter(run, client, info, model)
+    parser = MetricsParser()
+    try:
+        return await _sweep(run, client, streamer, info, model, api, headers, counter, parser)
+    finally:
+        await parser.aclose()
+
+
+async def _sweep(
+    run: _Run,
+    client: httpx.AsyncClient,
+    streamer: StreamClient,
+    info: ServerInfo,
+    model: str,
+    api: str,
+    headers: dict[str, str],
+    counter: TokenCounter | None,
+    parser: MetricsParser,
+) -> Path:
+    config, manifest = run.config, run.manifest
     metrics_urls = (
         config.metrics_urls if config.metrics_urls is not None else [f"{info.root}/metrics"]
     )
@@ -253,6 +273,7 @@ async def _record(
         run.origin_ns,
         config.scrape_interval_s,
         run.clock,
+        parser=parser,
     )
     first = await scraper.scrape_all() if metrics_urls else []
     for sample in first:

@@ -4,20 +4,25 @@ Each scrape of each ``--metrics-url`` becomes one :class:`MetricSample`: its com
 (ns after the run's origin, the same clock as the requests), and every sample of the kept
 families with its name and labels exactly as exposed (``vllm:num_preemptions_total``,
 ``vllm:time_to_first_token_seconds_bucket`` with ``le``). The text is parsed with
-``prometheus_client``'s parser, in a worker thread so a large page does not stall the event
-loop that timestamps the tokens.
+``prometheus_client``'s parser in a child process (:class:`MetricsParser`): a vLLM page takes
+10 ms or more of pure Python to parse, and parsed in a thread it still held the GIL long enough
+to leave chunks of every stream waiting in their sockets, merged two by two (the recorder's
+self-check caught it). Only the parsed rows come back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from sweeper.record import metrics_child
 from sweeper.record.client import Clock, default_clock
 from sweeper.schema import Fact, MetricSample, Series, ServerConfig
 
@@ -31,10 +36,9 @@ KEEP_PREFIXES = (
     "nvidia_",  # nvidia_gpu_exporter
     "amd_",  # AMD device metrics exporter
 )
-# Samples that only repeat when a series was created.
-DROP_SUFFIXES = ("_created",)
 DEFAULT_SCRAPE_INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 5.0
+CHILD_EXIT_S = 1.0
 
 # vllm:cache_config_info label -> (ServerConfig field or extra key, parser)
 _CACHE_CONFIG_LABELS: dict[str, str] = {
@@ -49,20 +53,82 @@ _CACHE_CONFIG_LABELS: dict[str, str] = {
 }
 
 
+Row = tuple[str, dict[str, str], float]
+
+
 def parse_metrics(text: str, keep: Iterable[str] = KEEP_PREFIXES) -> list[Series]:
     """Every sample of the kept families, name and labels as exposed."""
-    prefixes = tuple(keep)
-    out: list[Series] = []
-    for family in text_string_to_metric_families(text):
-        if prefixes and not family.name.startswith(prefixes):
-            continue
-        for sample in family.samples:
-            if sample.name.endswith(DROP_SUFFIXES):
-                continue
-            out.append(
-                Series(name=sample.name, labels=dict(sample.labels), value=float(sample.value))
-            )
-    return out
+    return series_of(metrics_child.rows(text, tuple(keep)))
+
+
+def series_of(rows: Iterable[Row]) -> list[Series]:
+    return [Series.model_construct(name=n, labels=labels, value=v) for n, labels, v in rows]
+
+
+class MetricsParser:
+    """Parses metrics pages in a child process (:mod:`sweeper.record.metrics_child`), started on
+    first use, one page at a time. If the child cannot start or dies, pages are parsed in a
+    thread instead (harder on the event loop, but nothing is lost)."""
+
+    def __init__(self) -> None:
+        self._child: asyncio.subprocess.Process | None = None
+        self._prefixes: tuple[str, ...] | None = None
+        self._lock = asyncio.Lock()
+        self._broken = False
+
+    async def parse(self, text: str, keep: tuple[str, ...]) -> list[Series]:
+        if not self._broken:
+            async with self._lock:
+                try:
+                    answer = await self._ask(text, keep)
+                except (OSError, EOFError, asyncio.IncompleteReadError, ValueError):
+                    self._broken = True
+                    self.close()
+                else:
+                    if isinstance(answer, dict):  # the parser's own error: a bad page
+                        raise ValueError(str(answer.get("error")))
+                    return series_of(answer)
+        return await asyncio.to_thread(parse_metrics, text, keep)
+
+    async def _ask(self, text: str, keep: tuple[str, ...]) -> Any:
+        if self._child is None or self._prefixes != keep:
+            self.close()
+            # Run as a file, isolated (-I): the child imports prometheus_client, not sweeper.
+            self._child = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", metrics_child.__file__, *keep,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            self._prefixes = keep
+        child = self._child
+        assert child.stdin is not None and child.stdout is not None
+        page = text.encode("utf-8")
+        child.stdin.write(metrics_child.FRAME.pack(len(page)) + page)
+        await child.stdin.drain()
+        (size,) = metrics_child.FRAME.unpack(
+            await child.stdout.readexactly(metrics_child.FRAME.size)
+        )
+        return json.loads(await child.stdout.readexactly(size))
+
+    def close(self) -> None:
+        """Kill the child at once (it failed, or is being replaced)."""
+        child, self._child = self._child, None
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+
+    async def aclose(self) -> None:
+        """Stop the child: closing its stdin ends it; a kill if it does not end within a second."""
+        child, self._child = self._child, None
+        if child is None:
+            return
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            await asyncio.wait_for(child.wait(), CHILD_EXIT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
 
 
 def _label_value(text: str) -> int | float | bool | str | None:
@@ -135,6 +201,7 @@ class Scraper:
     interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     clock: Clock = default_clock
     keep: tuple[str, ...] = KEEP_PREFIXES
+    parser: MetricsParser | None = None  # None: parse in a thread
     scrapes: int = 0
     failures: dict[str, str] = field(default_factory=dict)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -145,7 +212,10 @@ class Scraper:
             response = await self.client.get(url, timeout=SCRAPE_TIMEOUT_S)
             if response.status_code != httpx.codes.OK:
                 raise ValueError(f"HTTP {response.status_code}")
-            series = await asyncio.to_thread(parse_metrics, response.text, self.keep)
+            if self.parser is not None:
+                series = await self.parser.parse(response.text, self.keep)
+            else:
+                series = await asyncio.to_thread(parse_metrics, response.text, self.keep)
             error = None
         except ValueError as exc:
             series, error = [], str(exc)[:300]

@@ -1,8 +1,15 @@
-"""Prometheus scraping: names and labels kept as exposed, engine families, cache_config facts."""
+"""Prometheus scraping: names and labels kept as exposed, engine families, cache_config facts,
+and the child process that parses the pages off the recorder's event loop."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from sweeper.record.scrape import (
+    KEEP_PREFIXES,
+    MetricsParser,
     apply_metric_facts,
     cache_config_facts,
     engine_from_series,
@@ -64,3 +71,35 @@ def test_cache_config_info_labels_become_facts_and_never_override_known_ones() -
     assert config.block_size is not None and config.block_size.value == 16
     assert config.num_gpu_blocks is not None and config.num_gpu_blocks.value == 2048
     assert config.extra["swap_space"].value == 4
+
+
+async def test_pages_are_parsed_in_a_child_process_the_same_as_here(server: ServerThread) -> None:
+    """The child (sweeper.record.metrics_child) gives back exactly what parsing in this process
+    gives, page after page; a page it cannot parse is an error for that page only."""
+    parser = MetricsParser()
+    try:
+        text = server.metrics_text()
+        for page in (text, OTHER_ENGINES, text):
+            assert await parser.parse(page, KEEP_PREFIXES) == parse_metrics(page)
+        child = parser._child
+        assert child is not None and child.pid != os.getpid() and child.returncode is None
+        with pytest.raises(ValueError, match="float"):
+            await parser.parse("vllm:broken{le=} not a number\n", KEEP_PREFIXES)
+        assert await parser.parse(text, KEEP_PREFIXES) == parse_metrics(text)
+    finally:
+        await parser.aclose()
+    assert child.returncode == 0  # ended by closing its input, not killed
+
+
+async def test_a_dead_parser_child_falls_back_to_parsing_here(server: ServerThread) -> None:
+    parser = MetricsParser()
+    text = server.metrics_text()
+    try:
+        await parser.parse(text, KEEP_PREFIXES)
+        assert parser._child is not None
+        parser._child.kill()
+        await parser._child.wait()
+        assert await parser.parse(text, KEEP_PREFIXES) == parse_metrics(text)
+        assert parser._child is None  # not restarted: parsed in a thread
+    finally:
+        await parser.aclose()
