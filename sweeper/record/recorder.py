@@ -207,10 +207,12 @@ async def arecord_sweep(
         streamer = _streaming_client(config, headers, transport, client)
         # Kept per run (a resume may use another client): it bounds how exact the timestamps are.
         manifest.client.http_client = "httpx" if streamer is client else "raw"
+        parser = MetricsParser()
         try:
-            return await _record(run, client, streamer, info, model, api, headers)
+            return await _record(run, client, streamer, parser, info, model, api, headers)
         finally:
             writer.close()
+            await parser.aclose()
             if streamer is not client:
                 await streamer.aclose()
 
@@ -233,36 +235,18 @@ async def _record(
     run: _Run,
     client: httpx.AsyncClient,
     streamer: StreamClient,
+    parser: MetricsParser,
     info: ServerInfo,
     model: str,
     api: str,
     headers: dict[str, str],
 ) -> Path:
-    config = run.config
+    config, manifest = run.config, run.manifest
     for message in info.warnings:
         run.warn(message)
     if config.server_log is not None:
         run.writer.copy_server_log(config.server_log)
     counter = await _token_counter(run, client, info, model)
-    parser = MetricsParser()
-    try:
-        return await _sweep(run, client, streamer, info, model, api, headers, counter, parser)
-    finally:
-        await parser.aclose()
-
-
-async def _sweep(
-    run: _Run,
-    client: httpx.AsyncClient,
-    streamer: StreamClient,
-    info: ServerInfo,
-    model: str,
-    api: str,
-    headers: dict[str, str],
-    counter: TokenCounter | None,
-    parser: MetricsParser,
-) -> Path:
-    config, manifest = run.config, run.manifest
     metrics_urls = (
         config.metrics_urls if config.metrics_urls is not None else [f"{info.root}/metrics"]
     )
