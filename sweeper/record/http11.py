@@ -349,8 +349,7 @@ class _SocketConnection(_Connection):
         self._pause()
         if self._sending is not None:
             self._loop.remove_writer(self._fd)
-            if not self._sending.done():
-                self._sending.set_result(None)  # send() sees the close and raises
+            _settle(self._sending)  # send() sees the close and raises
         self._closed = True
         self.inbox.set_exception(ConnectionLost("the connection was closed"))
         self._sock.close()

@@ -38,7 +38,7 @@ def _run(loop: str, main: Callable[[], Awaitable[Any]]) -> Any:
         return runner.run(main())  # type: ignore[arg-type]
 
 
-def _spec(rid: str, fault: str | None = None) -> RequestSpec:
+def _spec(rid: str) -> RequestSpec:
     body = completion_body("tiny", "one two", endpoint="completions", output_len=8, ignore_eos=True)
     return RequestSpec(rid, 1, "measured", body, header_id=rid)
 
