@@ -58,8 +58,10 @@ SWEEPS = {
         input_len=384,
         output_len=256,
         levels=(1, 8),
-        requests_per_level=8,
-        scrape_interval_s=0.5,  # the waiting queue lasts seconds: catch it more than once
+        # 12 requests, 3 at a time: the queue lasts about 3 rounds of 256 tokens, long enough for
+        # scrapes to see it even when the API server answers some of them seconds late.
+        requests_per_level=12,
+        scrape_interval_s=0.5,
     ),
     "chunked": Sweep(
         "chunked",

@@ -195,10 +195,22 @@ def test_small_kv_pool_preempts_and_queues(recorded_preemption: Recorded) -> Non
     samples = [s for s in trace.metrics if s.error is None]
     preemptions = scraped(samples, "vllm:num_preemptions_total")
     assert preemptions[-1] - preemptions[0] > 0
-    assert max(scraped(samples, "vllm:num_requests_waiting")) > 0
+    # The server's own account that requests queued: time in its waiting queue, per request.
+    before, after = recorded_preemption.metrics_before, recorded_preemption.metrics_after
+    queued_s = prom_total(after, "vllm:request_queue_time_seconds_sum") - prom_total(
+        before, "vllm:request_queue_time_seconds_sum"
+    )
+    assert queued_s > 1.0
+    # ... and the scrapes saw the queue while it lasted (the timeline says why when they did not).
+    waiting = "vllm:num_requests_waiting"
+    timeline = [
+        (round(s.t_ns / 1e9, 2), round(s.duration_ns / 1e9, 2), scraped([s], waiting))
+        for s in samples
+    ]
+    assert max(scraped(samples, waiting)) > 0, f"(t s, scrape s, [waiting]): {timeline}"
     running = scraped(samples, "vllm:num_requests_running")
     assert 2 <= max(running) <= 4  # --max-num-seqs 4 caps it
-    # One block is held back by the scheduler and a scrape every 0.25 s can miss the peak: the
+    # One block is held back by the scheduler and a scrape every 0.5 s can miss the peak: the
     # pool is seen well filled, not necessarily full.
     assert max(scraped(samples, "vllm:kv_cache_usage_perc")) >= 0.5
     # The server's own periodic log lines, as parsed into the trace set's facts, agree.
@@ -208,5 +220,4 @@ def test_small_kv_pool_preempts_and_queues(recorded_preemption: Recorded) -> Non
     assert max(stat.running for stat in log.stats) <= 4
     assert all(0.0 <= stat.kv_usage <= 1.0 for stat in log.stats)
     # The per-request histogram agrees: some requests were preempted at least once.
-    after = recorded_preemption.metrics_after
     assert prom_total(after, "vllm:request_num_preemptions_sum") > 0
