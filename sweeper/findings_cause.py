@@ -357,26 +357,28 @@ def _max_lag(data: RunData, levels: Sequence[int], th: Thresholds) -> float:
     return float(max(vals)) if vals else math.nan
 
 
+def _client_distorted(data: RunData, concurrency: int, th: Thresholds) -> bool:
+    """The recorder's own timing may have moved this level's ITL: by the rules its self-check
+    warned with while recording (:meth:`Thresholds.stamps_distorted`,
+    :meth:`Thresholds.loop_lag_distorts`)."""
+    check = _kernel_checks(data).get(concurrency)
+    if check is not None:
+        return th.stamps_distorted(check)
+    lag = _lag_by_level(data, th).get(concurrency)
+    return lag is not None and th.loop_lag_distorts(lag, data.value(concurrency, "itl_ms_p50"))
+
+
 def _client_explains(data: RunData, concurrency: int, th: Thresholds) -> bool:
-    """The recorder's p99 lag distorts ITL at this level and is large enough to account for its
-    tail (at least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag cannot make a
-    100 ms stall."""
+    """The recorder distorted ITL at this level and by enough to account for its tail (at
+    least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag cannot make a 100 ms
+    stall."""
     lag = _lag_by_level(data, th).get(concurrency, math.nan)
     excess = data.value(concurrency, "itl_ms_p99") - data.value(concurrency, "itl_ms_p50")
     return (
-        _finite(lag)
-        and lag > _lag_limit(data, [concurrency], th)
+        _client_distorted(data, concurrency, th)
         and _finite(excess)
         and lag >= th.client_lag_tail_fraction * excess
     )
-
-
-def _lag_limit(data: RunData, levels: Sequence[int], th: Thresholds) -> float:
-    """The lag that distorts ITL: the absolute limit or a fraction of the smallest p50 ITL."""
-    p50 = [data.value(c, "itl_ms_p50") for c in levels]
-    p50 = [v for v in p50 if _finite(v)]
-    relative = th.client_lag_itl_fraction * min(p50) if p50 else math.inf
-    return max(th.client_lag_floor_ms, min(th.client_lag_p99_ms, relative))
 
 
 def _signature(data: RunData, concurrency: int, th: Thresholds) -> StallSignature | None:
@@ -414,11 +416,7 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
             tool=tool,
         )
         return _unknown("client_health", text, ["manifest.client.loop_lag"], uses)
-    bad = [
-        c
-        for c in data.concurrencies
-        if c in lags and _finite(lags[c]) and lags[c] > _lag_limit(data, [c], th)
-    ]
+    bad = [c for c in data.concurrencies if c in lags and _client_distorted(data, c, th)]
     loop_lags = {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
     worst_c = max(loop_lags or lags, key=lambda k: (loop_lags or lags)[k])
     numbers: dict[str, Any] = {

@@ -8,7 +8,10 @@ and so that a quiet, healthy sweep gives no alarm; change them by passing anothe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from sweeper.schema import StampCheck
 
 MIB = 1 << 20
 
@@ -96,7 +99,34 @@ class Thresholds:
     tail's excess (p99 - p50 ITL): a few ms of lag cannot make a 100 ms stall."""
     client_merged_share: float = 0.005
     """With kernel receive times, a late loop moves only chunks that shared a socket read with
-    the next chunk of their stream; above this share of a level's chunks they can move its p99."""
+    the next chunk of their stream; above this share of a level's chunks they can move its p99..."""
+    client_read_delay_ms: float = 1.0
+    """... by up to how long the reads waited: above this at p99 (ms), the millisecond the
+    recorder promises, those chunks' gaps are off by more than it."""
+
+    def client_lag_limit_ms(self, itl_p50_ms: float | None) -> float:
+        """The event-loop lag (p99, ms) above which read-stamped chunk times distort a level's
+        ITL: the absolute limit, or a fraction of its p50 ITL, never under the floor."""
+        relative = (
+            self.client_lag_itl_fraction * itl_p50_ms
+            if itl_p50_ms is not None and math.isfinite(itl_p50_ms)
+            else math.inf
+        )
+        return max(self.client_lag_floor_ms, min(self.client_lag_p99_ms, relative))
+
+    def stamps_distorted(self, check: StampCheck) -> bool:
+        """Kernel-stamped chunks whose ITL may be off: enough of them merged, read late. The
+        recorder's self-check and the ``client_health`` finding both ask this."""
+        return (
+            check.source == "kernel"
+            and check.chunks > 0
+            and check.merged_chunks / check.chunks > self.client_merged_share
+            and (check.read_delay_p99_ms or 0.0) > self.client_read_delay_ms
+        )
+
+    def loop_lag_distorts(self, lag_p99_ms: float, itl_p50_ms: float | None) -> bool:
+        """Read-stamped chunks (httpx, TLS) whose ITL is inflated by the event loop's lag."""
+        return math.isfinite(lag_p99_ms) and lag_p99_ms > self.client_lag_limit_ms(itl_p50_ms)
 
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -3,8 +3,9 @@
 A timer that should fire every :data:`LagMonitor.INTERVAL_S` measures how late it actually
 fired. A busy loop (too many streams for one process, a slow callback) delays the reading of
 every chunk by about as much, and that delay lands in the recorded ITL. The lag of each level is
-stored in the manifest (``client.loop_lag``) and a level whose p99 lag passes
-:data:`LagMonitor.WARN_P99_MS` gets a warning.
+stored in the manifest (``client.loop_lag``); where the chunks are stamped when read, a level
+whose p99 lag distorts its ITL (:meth:`sweeper.thresholds.Thresholds.loop_lag_distorts`) gets a
+warning.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from sweeper.units import NS_PER_MS, NS_PER_S
 
 class LagMonitor:
     INTERVAL_S = 0.01
-    WARN_P99_MS = 2.0  # lag above this distorts ITL of a few ms noticeably
     MAX_SAMPLES = 200_000  # per level; ~33 min at the interval above
 
     def __init__(self, clock: Clock = default_clock):

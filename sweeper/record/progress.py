@@ -81,6 +81,10 @@ class LevelStats:
     def error_rate(self) -> float:
         return self.measured_errors / self.measured_done if self.measured_done else 0.0
 
+    def itl_p50_ms(self) -> float | None:
+        """The median of the level's recent chunk gaps (the last :data:`ITL_WINDOW`)."""
+        return percentile(list(self.itl_ms), 50) if self.itl_ms else None
+
     def summary(self) -> str:
         return (
             f"level {self.concurrency}: {self.done}/{self.total} requests, "

@@ -54,7 +54,7 @@ from sweeper.record.serverinfo import (
     tokenize_counter,
     tokenizer_counter,
 )
-from sweeper.record.stamps import StampStats, stamps_distorted
+from sweeper.record.stamps import StampStats
 from sweeper.record.workers import WorkerPool, WorkerSettings
 from sweeper.record.workload import (
     PromptBuilder,
@@ -77,6 +77,7 @@ from sweeper.store import (
     load_trace_set,
     requests_files,
 )
+from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 
 @dataclass
@@ -451,7 +452,7 @@ async def _run_level(
         await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
         summary = lag.summary(concurrency)
     level.end_ns = run.now_ns()
-    _self_check(run, concurrency, summary, stamps.summary(concurrency))
+    _self_check(run, stats, summary, stamps.summary(concurrency))
     _check_lengths(run, stats)
     run.progress.level_finished(stats)
     if (
@@ -500,10 +501,12 @@ async def _build_specs(
 
 
 def _self_check(
-    run: _Run, concurrency: int, lag: LoopLag | None, stamps: StampCheck | None
+    run: _Run, stats: LevelStats, lag: LoopLag | None, stamps: StampCheck | None
 ) -> None:
-    """Store the level's loop lag and stamp check; warn where the chunk times may be off. With
+    """Store the level's loop lag and stamp check; warn where the chunk times may be off, by the
+    rules the ``client_health`` finding applies (:class:`sweeper.thresholds.Thresholds`). With
     kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
+    concurrency = stats.concurrency
     client = run.manifest.client
     if lag is not None:
         client.loop_lag = [x for x in client.loop_lag if x.concurrency != concurrency] + [lag]
@@ -511,8 +514,9 @@ def _self_check(
         client.stamp_checks = [x for x in client.stamp_checks if x.concurrency != concurrency] + [
             stamps
         ]
+    th = DEFAULT_THRESHOLDS
     if stamps is not None and stamps.source == "kernel":
-        if stamps_distorted(stamps):
+        if th.stamps_distorted(stamps):
             run.warn(
                 f"the recorder read late at concurrency {concurrency}: "
                 f"{stamps.merged_chunks} of {stamps.chunks} chunks "
@@ -522,7 +526,7 @@ def _self_check(
                 "that much (fewer streams per process, more --workers, or a less loaded machine "
                 "would help)"
             )
-    elif lag is not None and lag.p99_ms > LagMonitor.WARN_P99_MS:
+    elif lag is not None and th.loop_lag_distorts(lag.p99_ms, stats.itl_p50_ms()):
         run.warn(
             f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
             f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "

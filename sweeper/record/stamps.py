@@ -7,8 +7,9 @@ both, and the earlier chunk gets the later one's time, its gap before too long, 
 too short. This module counts, per level, the reads, how long their bytes had waited in the
 socket (the *read delay*: read time - kernel receive time), and the chunks that shared a read
 with the next chunk of their stream (*merged* chunks). A merged chunk's time may be late by up to
-about the read delay; when more than :data:`MERGED_SHARE_LIMIT` of the chunks were merged while
-reads were late, the level's ITL percentiles may be off and the recorder warns.
+about the read delay; when enough of the chunks were merged while reads were late
+(:meth:`sweeper.thresholds.Thresholds.stamps_distorted`, the same rule the ``client_health``
+finding applies), the level's ITL percentiles may be off and the recorder warns.
 
 Where there is no kernel time (httpx, TLS, other systems), a read is stamped when the loop got to
 it, the event-loop lag (:mod:`sweeper.record.lag`) passes straight into the stamps, and the
@@ -23,8 +24,6 @@ from sweeper.record.progress import percentile
 from sweeper.schema import StampCheck
 from sweeper.units import NS_PER_MS
 
-MERGED_SHARE_LIMIT = 0.005  # merged chunks past this share can move the p99 of the gaps
-READ_DELAY_WARN_MS = 1.0  # reads later than this at p99 can put that much into merged stamps
 MAX_SAMPLES = 1_000_000  # read delays kept per level (8 MB); counts stay exact past it
 KERNEL_SHARE = 0.99  # a level's stamps are the kernel's when at least this share of reads were
 
@@ -83,13 +82,3 @@ class StampStats:
             read_delay_p99_ms=round(percentile(delays, 99), 4) if delays else None,
             read_delay_max_ms=round(max(delays), 4) if delays else None,
         )
-
-
-def stamps_distorted(check: StampCheck) -> bool:
-    """Kernel-stamped chunks whose ITL tail may be off: enough merged chunks, read late."""
-    return (
-        check.source == "kernel"
-        and check.chunks > 0
-        and check.merged_chunks / check.chunks > MERGED_SHARE_LIMIT
-        and (check.read_delay_p99_ms or 0.0) > READ_DELAY_WARN_MS
-    )

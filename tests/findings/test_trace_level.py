@@ -9,6 +9,7 @@ from sweeper.metrics import gap_frame, request_frame
 from sweeper.schema import Fact, MetricSample, Series, ServerConfig, StampCheck
 from sweeper.store import load_trace_set
 from sweeper.tail_signature import stall_signature
+from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 from .sim import write_simulated_run
 
@@ -189,3 +190,16 @@ def test_levels_stamped_when_read_are_judged_by_their_own_loop_lag(tmp_path: Pat
     health = finding(analyze_run(load_trace_set(folder)), "client_health")
     assert health.severity == "info" and health.numbers["stamps"] == "read"
     assert "0.8 ms" in health.text["en"] and "C=2" in health.text["en"]
+
+
+def test_with_kernel_times_the_finding_applies_the_recorders_rule(tmp_path: Path) -> None:
+    """1 % of C=4's chunks shared a read while reads waited 2 ms at p99: well under the ITL, but
+    past the millisecond the recorder promises. The recorder warned about C=4 while recording
+    (the same rule); the finding names the same level and no other."""
+    checks = [_kernel(c, merged=10 if c == 4 else 0, delay_p99_ms=2.0) for c in LEVELS]
+    assert [DEFAULT_THRESHOLDS.stamps_distorted(k) for k in checks] == [False, False, True, False]
+    folder = write_simulated_run(tmp_path, "kernel-2ms", LEVELS, stamp_checks=checks)
+    health = finding(analyze_run(load_trace_set(folder)), "client_health")
+    assert health.severity == "warning"
+    assert health.numbers["distorted_levels"] == [4]
+    assert "C=4" in health.text["en"] and "up to 2 ms at p99" in health.text["en"]

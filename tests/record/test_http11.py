@@ -22,10 +22,11 @@ from sweeper.record import recorder
 from sweeper.record.client import RequestSpec, stream_request
 from sweeper.record.config import RecordConfig, RequestCount
 from sweeper.record.http11 import RawClient, split_url, ssl_context_for
-from sweeper.record.stamps import StampStats, stamps_distorted
+from sweeper.record.stamps import StampStats
 from sweeper.record.workload import completion_body
 from sweeper.store import load_trace_set
 from sweeper.testing.server import ServerProcess, ServerThread
+from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 OUTPUT_LEN = 8
 NS_PER_MS = 1_000_000
@@ -349,7 +350,7 @@ async def test_a_busy_loop_reads_late_but_stamps_the_kernels_arrival_time(
         if check.merged_chunks == 0 and max(delays) < 0.5:
             break
     assert check.merged_chunks == 0 and max(delays) < 0.5, (check, max(delays))
-    assert not stamps_distorted(check)
+    assert not DEFAULT_THRESHOLDS.stamps_distorted(check)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
@@ -363,6 +364,6 @@ async def test_chunks_that_share_a_late_read_are_counted_and_flagged(
     check = stamps.summary(2)
     assert check is not None and check.source == "kernel"
     assert check.merged_chunks > 0.1 * check.chunks
-    assert stamps_distorted(check)
+    assert DEFAULT_THRESHOLDS.stamps_distorted(check)
     assert max(delays) > 2.0  # the merged chunks' stamps are late
     assert min(delays) >= 0

@@ -3,7 +3,10 @@ the rule that decides a level's chunk times may be off."""
 
 from __future__ import annotations
 
-from sweeper.record.stamps import MERGED_SHARE_LIMIT, StampStats, stamps_distorted
+from sweeper.record.stamps import StampStats
+from sweeper.thresholds import DEFAULT_THRESHOLDS
+
+stamps_distorted = DEFAULT_THRESHOLDS.stamps_distorted
 
 NS_PER_MS = 1_000_000
 
@@ -36,7 +39,7 @@ def test_merged_chunks_read_promptly_are_not_a_distortion() -> None:
 def test_a_few_merged_chunks_do_not_reach_the_p99() -> None:
     stats = StampStats()
     chunks = 1000
-    merged = int(MERGED_SHARE_LIMIT * chunks) - 1
+    merged = int(DEFAULT_THRESHOLDS.client_merged_share * chunks) - 1
     for _ in range(chunks - 2 * merged):
         stats.add_read(5 * NS_PER_MS, 1)
     for _ in range(merged):
@@ -77,3 +80,14 @@ def test_a_first_read_without_a_kernel_time_does_not_change_the_source() -> None
         stats.add_read(100_000, 1)
     check = stats.summary(4)
     assert check is not None and check.source == "kernel" and check.read_delay_p99_ms == 0.1
+
+
+def test_read_stamped_levels_are_judged_against_their_own_itl() -> None:
+    """Without kernel times every chunk moves by the loop's lag: 3 ms at p99 inflates gaps of
+    8 ms (over a quarter of them) but not gaps of 40 ms; never under 1 ms, always over 5 ms."""
+    th = DEFAULT_THRESHOLDS
+    assert th.loop_lag_distorts(3.0, itl_p50_ms=8.0)
+    assert not th.loop_lag_distorts(3.0, itl_p50_ms=40.0)
+    assert not th.loop_lag_distorts(0.9, itl_p50_ms=0.5)
+    assert th.loop_lag_distorts(5.5, itl_p50_ms=400.0)
+    assert th.loop_lag_distorts(5.5, itl_p50_ms=None)  # no gaps yet: the absolute limit
