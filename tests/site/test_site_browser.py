@@ -191,3 +191,29 @@ def test_notebook_page_renders_offline(browser: Browser) -> None:
     browser.open("notebooks/explore/")
     assert browser.page.locator("svg").count() > 0
     _clean(browser)
+
+
+def search(browser: Browser, query: str) -> list[str]:
+    """Material's search box: the addresses of the results it lists for ``query``."""
+    browser.page.keyboard.press("s")  # Material's shortcut opens the search box
+    meta = browser.page.locator(".md-search-result__meta")
+    before = meta.inner_text()  # "type to start searching", until the index answers
+    browser.page.locator("input.md-search__input").fill(query)
+    browser.page.wait_for_function(
+        "(before) => document.querySelector('.md-search-result__meta').innerText !== before",
+        arg=before,
+        timeout=DRAW_TIMEOUT_MS,
+    )
+    return browser.page.locator(".md-search-result__item a").evaluate_all(
+        "links => links.map(a => a.getAttribute('href'))"
+    )
+
+
+def test_chinese_words_inside_a_sentence_are_found(browser: Browser) -> None:
+    """Chinese has no spaces: without a segmenter (jieba, at build time) the index holds whole
+    runs of characters and a word inside one is never found. 兑换率 ends the heading
+    吞吐与延迟的兑换率 of every report page."""
+    browser.open("zh/")
+    found = search(browser, "兑换率")
+    assert any("/zh/runs/" in href for href in found), found
+    _clean(browser)
