@@ -8,6 +8,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from sweeper.i18n import DEFAULT_LANGUAGE
 from sweeper.markup import esc, table, tr
 from sweeper.schema import Fact
 from sweeper.store import TraceSet
@@ -63,7 +64,10 @@ def recorded_section(ts: TraceSet, lang: str, notes: Sequence[str] = ()) -> list
         blocks += ["### " + tr(lang, "Labels"), labels]
     warnings = [*m.warnings, *ts.problems, *notes]
     if warnings:
-        blocks += ["### " + tr(lang, "Warnings"), "\n".join(f"- {esc(n)}" for n in warnings)]
+        blocks.append("### " + tr(lang, "Warnings"))
+        if lang != DEFAULT_LANGUAGE:  # free text from the recorder, importers and the reader
+            blocks.append(tr(lang, "As the recorder or importer wrote them, in English:"))
+        blocks.append("\n".join(f"- {esc(n)}" for n in warnings))
     return blocks
 
 

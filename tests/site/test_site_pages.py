@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -217,3 +218,16 @@ def test_pages_are_cached_on_disk_between_processes(tmp_path: Path, site_traces:
         site._render_entry = original  # type: ignore[assignment]
     assert second == first
     assert [f.name for f in rendered] == [BROKEN]  # only the unreadable one is tried again
+
+
+def test_recorded_warnings_say_on_a_chinese_page_that_they_are_english(run_a) -> None:
+    """The manifest's warnings are the recorder's own English words: quoted as they are, and
+    the Chinese page says so."""
+    manifest = run_a.ts.manifest.model_copy(
+        update={"warnings": ["the recorder read late at concurrency 4"]}
+    )
+    warned = dataclasses.replace(run_a, ts=dataclasses.replace(run_a.ts, manifest=manifest))
+    zh, en = render_run_page(warned, "zh"), render_run_page(warned, "en")
+    assert "### 警告" in zh and "- the recorder read late at concurrency 4" in zh
+    assert "以下是录制端或导入工具记下的原文（英文）" in zh
+    assert "### Warnings" in en and "in English" not in en
