@@ -93,6 +93,7 @@ class _Run:
     progress: Progress
     done_ids: set[str] = field(default_factory=set)
     warned: set[str] = field(default_factory=set)
+    scraping: bool = False  # some --metrics-url is being scraped during the levels
 
     def warn(self, message: str) -> None:
         if message in self.warned:
@@ -272,6 +273,7 @@ async def _record(
         else:
             run.warn(f"cannot scrape {sample.url}: {sample.error}; will keep trying")
     metrics_urls = scraper.urls
+    run.scraping = bool(metrics_urls)
     shaper = RequestShaper(on_warning=run.warn)
     workload = manifest.workload
     builder = PromptBuilder(
@@ -515,6 +517,13 @@ def _self_check(
             stamps
         ]
     th = DEFAULT_THRESHOLDS
+    # Each /metrics scrape costs this process a few ms of CPU and the server more to render the
+    # page: on a machine short of cores, reads late by that much cluster around the scrapes.
+    scrapes = (
+        f", a longer --scrape-interval than {run.config.scrape_interval_s:g} s"
+        if run.scraping
+        else ""
+    )
     if stamps is not None and stamps.source == "kernel":
         if th.stamps_distorted(stamps):
             run.warn(
@@ -523,15 +532,15 @@ def _self_check(
                 f"({stamps.merged_chunks / stamps.chunks:.1%}) shared a socket read with their "
                 f"stream's next chunk while reads waited up to {stamps.read_delay_p99_ms:.1f} ms "
                 f"(p99, max {stamps.read_delay_max_ms:.1f} ms): ITL there may be off by up to "
-                "that much (fewer streams per process, more --workers, or a less loaded machine "
-                "would help)"
+                f"that much (fewer streams per process, more --workers{scrapes}, or a less "
+                "loaded machine would help)"
             )
     elif lag is not None and th.loop_lag_distorts(lag.p99_ms, stats.itl_p50_ms()):
         run.warn(
             f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
             f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
             "by up to that much (this process or the machine was busy: fewer streams per "
-            "process, or a less loaded machine, would help)"
+            f"process{scrapes}, or a less loaded machine, would help)"
         )
 
 
