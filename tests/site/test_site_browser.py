@@ -195,18 +195,22 @@ def test_notebook_page_renders_offline(browser: Browser) -> None:
 
 def search(browser: Browser, query: str) -> list[str]:
     """Material's search box: the addresses of the results it lists for ``query``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     browser.page.keyboard.press("s")  # Material's shortcut opens the search box
-    meta = browser.page.locator(".md-search-result__meta")
-    before = meta.inner_text()  # "type to start searching", until the index answers
     browser.page.locator("input.md-search__input").fill(query)
-    browser.page.wait_for_function(
-        "(before) => document.querySelector('.md-search-result__meta').innerText !== before",
-        arg=before,
-        timeout=DRAW_TIMEOUT_MS,
-    )
-    return browser.page.locator(".md-search-result__item a").evaluate_all(
-        "links => links.map(a => a.getAttribute('href'))"
-    )
+    items = browser.page.locator(".md-search-result__item a")
+    try:  # the index loads in a worker; the count line says when it has answered
+        browser.page.wait_for_function(
+            r"""() => document.querySelectorAll('.md-search-result__item').length > 0 ||
+                     /\d|没有|No matching/.test(
+                       document.querySelector('.md-search-result__meta').innerText)""",
+            timeout=DRAW_TIMEOUT_MS,
+        )
+    except PlaywrightTimeout:
+        meta = browser.page.locator(".md-search-result__meta").inner_text()
+        pytest.fail(f"search for {query!r} did not answer: {meta!r}")
+    return items.evaluate_all("links => links.map(a => a.getAttribute('href'))")
 
 
 def test_chinese_words_inside_a_sentence_are_found(browser: Browser) -> None:
