@@ -414,7 +414,7 @@ class Series(_Model):
 class MetricSample(_Model):
     """One scrape of one metrics endpoint."""
 
-    t_ns: int = Field(description="Scrape completion, ns after the run's clock origin.")
+    t_ns: int = Field(description="When the answer arrived, ns after the run's clock origin.")
     url: str
     duration_ns: int | None = None
     error: str | None = None

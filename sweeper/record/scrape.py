@@ -208,8 +208,10 @@ class Scraper:
 
     async def scrape_once(self, url: str) -> MetricSample:
         start = self.clock()
+        end = None
         try:
             response = await self.client.get(url, timeout=SCRAPE_TIMEOUT_S)
+            end = self.clock()  # the page holds the server's state by now; parsing can wait
             if response.status_code != httpx.codes.OK:
                 raise ValueError(f"HTTP {response.status_code}")
             if self.parser is not None:
@@ -223,7 +225,8 @@ class Scraper:
         except httpx.HTTPError as exc:
             series, error = [], f"{type(exc).__name__}: {exc}"[:300]
             self.failures[url] = error
-        end = self.clock()
+        if end is None:  # no answer
+            end = self.clock()
         self.scrapes += 1
         return MetricSample(
             t_ns=end - self.origin_ns, url=url, duration_ns=end - start, error=error, series=series

@@ -3,20 +3,25 @@ and the child process that parses the pages off the recorder's event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
+import httpx
 import pytest
 
+from sweeper.record.client import default_clock
 from sweeper.record.scrape import (
     KEEP_PREFIXES,
     MetricsParser,
+    Scraper,
     apply_metric_facts,
     cache_config_facts,
     engine_from_series,
     parse_metrics,
 )
-from sweeper.schema import Fact, ServerConfig
+from sweeper.schema import Fact, MetricSample, Series, ServerConfig
 from sweeper.testing.server import ServerThread
+from sweeper.units import NS_PER_MS
 
 OTHER_ENGINES = """\
 # TYPE vllm:gpu_cache_usage_perc gauge
@@ -103,3 +108,33 @@ async def test_a_dead_parser_child_falls_back_to_parsing_here(server: ServerThre
         assert parser._child is None  # not restarted: parsed in a thread
     finally:
         await parser.aclose()
+
+
+class _SlowParser(MetricsParser):
+    """Parses as usual, 300 ms late: a child process on a machine short of cores."""
+
+    async def parse(self, text: str, keep: tuple[str, ...]) -> list[Series]:
+        await asyncio.sleep(0.3)
+        return parse_metrics(text, keep)
+
+
+async def test_a_scrape_is_timed_by_the_answer_not_by_the_parsing(server: ServerThread) -> None:
+    """The page holds the server's state when it arrives; a parser that takes its time must not
+    move the sample later (it would fall into the next level)."""
+    samples: list[MetricSample] = []
+    async with httpx.AsyncClient() as client:
+        scraper = Scraper(
+            client=client,
+            urls=[f"{server.base_url}/metrics"],
+            sink=samples.append,
+            origin_ns=0,
+            parser=_SlowParser(),
+        )
+        before = default_clock()
+        (sample,) = await scraper.scrape_all()
+        after = default_clock()
+    assert sample.error is None and sample.series
+    assert after - before >= 300 * NS_PER_MS
+    assert sample.duration_ns is not None and sample.duration_ns < 200 * NS_PER_MS
+    assert before <= sample.t_ns - sample.duration_ns and sample.t_ns <= after - 250 * NS_PER_MS
+    assert samples == [sample]
