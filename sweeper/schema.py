@@ -28,6 +28,7 @@ MANIFEST_FILE = "manifest.json"
 REQUESTS_FILE = "requests.jsonl"
 REQUESTS_FILE_GZ = "requests.jsonl.gz"
 METRICS_FILE = "server_metrics.jsonl"
+METRICS_FILE_GZ = "server_metrics.jsonl.gz"
 SERVER_LOG_FILE = "server.log"
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")

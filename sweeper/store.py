@@ -26,6 +26,7 @@ from sweeper.errors import SchemaVersionError, TraceError, TraceFormatError
 from sweeper.schema import (
     MANIFEST_FILE,
     METRICS_FILE,
+    METRICS_FILE_GZ,
     REQUESTS_FILE,
     REQUESTS_FILE_GZ,
     SERVER_LOG_FILE,
@@ -288,6 +289,12 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts) + more
 
 
+def metrics_files(folder: Path) -> list[Path]:
+    """The metrics files of a trace set: ``server_metrics.jsonl.gz`` (written by ``sweeper
+    compact``) and ``server_metrics.jsonl`` (appended by the recorder, also after a compaction)."""
+    return [p for p in (folder / METRICS_FILE_GZ, folder / METRICS_FILE) if p.exists()]
+
+
 def requests_files(folder: Path) -> list[Path]:
     """The request files of a trace set: ``requests.jsonl[.gz]`` and any per-worker parts
     (``requests.w<N>.jsonl``) a multi-process recording left."""
@@ -306,14 +313,88 @@ def load_trace_set(folder: Path | str) -> TraceSet:
     for path in requests_files(folder):
         requests.extend(iter_jsonl(path, RequestTrace, problems))
     metrics: list[MetricSample] = []
-    if (folder / METRICS_FILE).exists():
-        metrics = list(iter_jsonl(folder / METRICS_FILE, MetricSample, problems))
+    for path in metrics_files(folder):
+        metrics.extend(iter_jsonl(path, MetricSample, problems))
+    metrics.sort(key=lambda m: m.t_ns)
     log_path = folder / SERVER_LOG_FILE
     server_log = (
         log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else None
     )
     requests.sort(key=lambda r: (r.send_ns, r.request_id))
     return TraceSet(folder, manifest, requests, metrics, server_log, problems)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """One file ``sweeper compact`` wrote: its name, the bytes of the files it replaced, its own
+    bytes, and what it could not carry over (a killed writer's partial last line)."""
+
+    name: str
+    before: int
+    after: int
+    notes: tuple[str, ...] = ()
+
+
+def compact_trace_set(folder: Path | str) -> list[Compacted]:
+    """Gzip a trace set's request files into ``requests.jsonl.gz`` and its metrics into
+    ``server_metrics.jsonl.gz``, lines unchanged (a vLLM metrics file shrinks ~16x). Each file is
+    written beside the others and renamed into place before its sources are removed. A run still
+    being recorded is refused; one that is resumed later appends plain files again, which the
+    reader reads with the compacted ones."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest.status == "running":
+        raise TraceError(
+            "still being recorded (status running): let it finish, or finish it with "
+            "`sweeper record --resume` if its recorder is gone, then compact it",
+            folder,
+        )
+    written = []
+    for target, parts in (
+        (REQUESTS_FILE_GZ, requests_files(folder)),
+        (METRICS_FILE_GZ, metrics_files(folder)),
+    ):
+        plain = [p for p in parts if p.suffix != ".gz"]
+        if not plain:
+            continue
+        notes: list[str] = []
+        before = sum(p.stat().st_size for p in parts)
+        tmp = folder / f".{target}.tmp"
+        try:
+            with tmp.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+                for part in parts:
+                    out.write(_whole_lines(part, notes))
+                out.close()
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(tmp, folder / target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        for path in plain:
+            path.unlink()
+        written.append(Compacted(target, before, (folder / target).stat().st_size, tuple(notes)))
+    return written
+
+
+def _whole_lines(path: Path, notes: list[str]) -> bytes:
+    """A file's lines, ending in a newline; a partial last line (which the reader would skip) is
+    left out and noted."""
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(path.read_bytes())
+        except (OSError, EOFError):
+            data = _read_truncated_gzip(path)
+            notes.append(f"{path.name}: compressed stream was truncated; kept what was complete")
+    else:
+        data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        head, _, last = data.rpartition(b"\n")
+        if _is_truncated_json(last):
+            notes.append(f"{path.name}: left out a partial last line (a killed writer's)")
+            return head + b"\n" if head else b""
+        return data + b"\n"
+    return data
 
 
 def discover_trace_sets(root: Path | str = DEFAULT_TRACES_DIR) -> list[Path]:

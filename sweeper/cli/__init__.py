@@ -8,6 +8,7 @@ import click
 
 from sweeper import __version__
 from sweeper.cli.build import build_command
+from sweeper.cli.compact import compact_command
 from sweeper.cli.findings import findings_command
 from sweeper.cli.importing import import_command
 from sweeper.cli.record import record_command
@@ -29,5 +30,12 @@ def cli() -> None:
     """
 
 
-for _command in (record_command, import_command, summary_command, findings_command, build_command):
+for _command in (
+    record_command,
+    import_command,
+    summary_command,
+    findings_command,
+    build_command,
+    compact_command,
+):
     cli.add_command(_command)

@@ -199,7 +199,8 @@ async def arecord_sweep(
             manifest.status = "running"
             manifest.ended_at = None
             for path in [*requests_files(folder), folder / METRICS_FILE]:
-                trim_partial_line(path)
+                if path.suffix != ".gz":  # compacted files hold whole lines only
+                    trim_partial_line(path)
         writer = TraceSetWriter(folder)
         run = _Run(config, manifest, folder, writer, origin_ns, clock, progress)
         if previous is not None:

@@ -169,6 +169,11 @@ def _check_complete(folder: Path) -> None:
     assert [lv.status for lv in ts.manifest.levels] == ["complete", "complete"]
 
 
+def _sweeper(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).with_name("sweeper")), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=WAIT_S, check=False)
+
+
 def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Path) -> None:
     with spawn_server(ttft_ms=5, itl_ms=10) as srv:
         proc = _start(srv.base_url, tmp_path)
@@ -183,6 +188,10 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
         with requests.open("a") as fh:
             fh.write('{"concurrency": 1, "request_id": "c1-0')
         assert any("truncated" in p for p in load_trace_set(tmp_path / "r").problems)
+        # Its recorder may still be writing, as far as anyone can tell: not compacted.
+        refused = _sweeper("compact", str(tmp_path / "r"))
+        assert refused.returncode == 1 and "still being recorded" in refused.stderr
+        assert requests.exists()
         # Everything else (base URL, lengths, levels, run id) comes from the manifest.
         command = [
             str(Path(sys.executable).with_name("sweeper")),
@@ -216,6 +225,11 @@ def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path, workers: st
         assert [lv.status for lv in manifest.levels] == ["complete", "interrupted"]
         kept = json.loads((tmp_path / "r" / "manifest.json").read_text())["levels"][1]["message"]
         assert "resume" in kept
+        # Compacted while interrupted: the resumed run appends plain files beside the .gz ones.
+        compacted = _sweeper("compact", str(tmp_path / "r"))
+        assert compacted.returncode == 0, compacted.stderr
+        assert "requests.jsonl.gz" in compacted.stdout
+        assert not list((tmp_path / "r").glob("*.jsonl"))
         resumed = _start(srv.base_url, tmp_path, "--resume", "--workers", workers)
         _, err = resumed.communicate(timeout=WAIT_S)
         assert resumed.returncode == 0, err

@@ -21,10 +21,12 @@ from sweeper.schema import (
 )
 from sweeper.store import (
     TraceSetWriter,
+    compact_trace_set,
     discover_trace_sets,
     load_trace_set,
     read_manifest,
     resolve_run,
+    write_manifest,
     write_trace_set,
 )
 from sweeper.testing import (
@@ -206,3 +208,46 @@ def test_gzip_file_is_really_gzip(tmp_path: Path) -> None:
     folder = write_synthetic_run(tmp_path, "gz", LEVELS, output_len=8, compress=True)
     with gzip.open(folder / "requests.jsonl.gz", "rt") as fh:
         assert json.loads(fh.readline())["concurrency"] == 1
+
+
+def test_compact_keeps_every_record_and_says_what_it_left_out(tmp_path: Path) -> None:
+    folder = tmp_path / "inc"
+    _write_incremental(folder)
+    path = folder / REQUESTS_FILE
+    path.write_bytes(path.read_bytes()[:-40])  # a killed writer's partial last line
+    before = load_trace_set(folder)
+    assert len(before.problems) == 1
+    written = compact_trace_set(folder)
+    assert [w.name for w in written] == ["requests.jsonl.gz", "server_metrics.jsonl.gz"]
+    assert any("partial last line" in note for note in written[0].notes)
+    assert written[0].after < written[0].before  # (one short metrics line does not shrink)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        MANIFEST_FILE,
+        "requests.jsonl.gz",
+        "server_metrics.jsonl.gz",
+    ]
+    after = load_trace_set(folder)
+    assert after.requests == before.requests and after.metrics == before.metrics
+    assert after.problems == []  # the partial line was noted when compacting instead
+    assert compact_trace_set(folder) == []  # nothing left to compact
+
+
+def test_compact_refuses_a_run_being_recorded(tmp_path: Path) -> None:
+    folder = tmp_path / "inc"
+    manifest, _ = _write_incremental(folder)
+    write_manifest(folder, manifest.model_copy(update={"status": "running"}))
+    with pytest.raises(TraceError, match="still being recorded"):
+        compact_trace_set(folder)
+    assert (folder / REQUESTS_FILE).exists() and (folder / METRICS_FILE).exists()
+
+
+def test_metrics_appended_after_a_compaction_are_read_with_it_in_time_order(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "inc"
+    _write_incremental(folder)
+    compact_trace_set(folder)
+    with TraceSetWriter(folder) as writer:  # a resumed recording appends plain files again
+        writer.append_metrics(MetricSample(t_ns=9, url="http://127.0.0.1:8000/metrics"))
+        writer.append_metrics(MetricSample(t_ns=1, url="http://127.0.0.1:8000/metrics"))
+    assert [m.t_ns for m in load_trace_set(folder).metrics] == [1, 5, 9]
