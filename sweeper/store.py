@@ -9,13 +9,14 @@ the file and the line.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
@@ -320,8 +321,30 @@ def load_trace_set(folder: Path | str) -> TraceSet:
     server_log = (
         log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else None
     )
+    requests = _unique(requests, lambda r: (r.request_id, r.send_ns, r.status), "request", problems)
+    metrics = _unique(metrics, lambda m: (m.url, m.t_ns), "metrics sample", problems)
     requests.sort(key=lambda r: (r.send_ns, r.request_id))
     return TraceSet(folder, manifest, requests, metrics, server_log, problems)
+
+
+def _unique(
+    records: list[M], key: Callable[[M], Hashable], what: str, problems: list[str]
+) -> list[M]:
+    """The records without repeats of one (a ``sweeper compact`` stopped between writing its
+    file and removing the sources leaves every record twice); repeats are noted."""
+    seen: set[Hashable] = set()
+    kept = []
+    for record in records:
+        k = key(record)
+        if k not in seen:
+            seen.add(k)
+            kept.append(record)
+    if len(kept) < len(records):
+        problems.append(
+            f"{len(records) - len(kept)} {what} records appeared twice (an interrupted "
+            "`sweeper compact`?); each was read once"
+        )
+    return kept
 
 
 @dataclass(frozen=True)
@@ -361,7 +384,10 @@ def compact_trace_set(folder: Path | str) -> list[Compacted]:
         before = sum(p.stat().st_size for p in parts)
         tmp = folder / f".{target}.tmp"
         try:
-            with tmp.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+            with (
+                tmp.open("wb") as raw,
+                gzip.GzipFile(filename=target, fileobj=raw, mode="wb", mtime=0) as out,
+            ):
                 for part in parts:
                     out.write(_whole_lines(part, notes))
                 out.close()
@@ -371,10 +397,26 @@ def compact_trace_set(folder: Path | str) -> list[Compacted]:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        # Removed right after the rename; a crash in between leaves each record twice, which
+        # the reader notices and reads once.
         for path in plain:
             path.unlink()
+        _fsync_dir(folder)
         written.append(Compacted(target, before, (folder / target).stat().st_size, tuple(notes)))
+    notes = [f"sweeper compact: {n}" for w in written for n in w.notes]
+    if notes:  # what the reader would have reported, kept for the report's warnings
+        manifest.warnings.extend(notes)
+        write_manifest(folder, manifest)
     return written
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not every system opens folders
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _whole_lines(path: Path, notes: list[str]) -> bytes:
@@ -383,9 +425,14 @@ def _whole_lines(path: Path, notes: list[str]) -> bytes:
     if path.suffix == ".gz":
         try:
             data = gzip.decompress(path.read_bytes())
-        except (OSError, EOFError):
-            data = _read_truncated_gzip(path)
-            notes.append(f"{path.name}: compressed stream was truncated; kept what was complete")
+        except (OSError, EOFError, zlib.error) as exc:
+            # Rewriting it would keep only what decompresses: leave that to the user's copy.
+            raise TraceError(
+                f"is damaged ({exc}); not compacting over it: keep a copy, recover what "
+                f"decompresses with `zcat {path.name} > {path.stem}.recovered` and move the "
+                "damaged file away",
+                path,
+            ) from exc
     else:
         data = path.read_bytes()
     if data and not data.endswith(b"\n"):

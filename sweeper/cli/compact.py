@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 from babel.numbers import format_decimal
 
-from sweeper.cli._common import friendly_errors, traces_option
+from sweeper.cli._common import traces_option
+from sweeper.errors import SweeperError
 from sweeper.store import compact_trace_set, resolve_run
 
 
@@ -24,7 +25,6 @@ def _size(n: int) -> str:
 @click.command("compact", short_help="Gzip finished trace sets in place (~16x smaller metrics).")
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
 @traces_option()
-@friendly_errors
 def compact_command(runs: tuple[str, ...], traces_dir: Path) -> None:
     """Gzip the request and metrics files of each RUN (a trace-set folder, or a run id under
     --traces) into requests.jsonl.gz and server_metrics.jsonl.gz. Every sweeper command and the
@@ -36,13 +36,20 @@ def compact_command(runs: tuple[str, ...], traces_dir: Path) -> None:
       sweeper compact qwen7b-4090-20261129
       sweeper compact traces/*/
     """
-    for run in runs:
-        folder = resolve_run(run, traces_dir)
-        written = compact_trace_set(folder)
+    failed = 0
+    for run in runs:  # one bad run does not stop the others
+        try:
+            folder = resolve_run(run, traces_dir)
+            written = compact_trace_set(folder)
+        except SweeperError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            failed += 1
+            continue
         if not written:
             click.echo(f"{folder}: already compact")
-            continue
         for item in written:
             click.echo(f"{folder}: {item.name} {_size(item.before)} -> {_size(item.after)}")
             for note in item.notes:
-                click.echo(f"  note: {note}", err=True)
+                click.echo(f"  note: {note} (kept in the manifest's warnings)", err=True)
+    if failed:
+        raise click.ClickException(f"{failed} of {len(runs)} runs not compacted (see above)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,6 +45,7 @@ class LevelStats:
     measured_errors: int = 0
     ttft_ms: list[float] = field(default_factory=list)
     itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ITL_WINDOW))
+    all_itl_ms: array[float] = field(default_factory=lambda: array("d"))  # 8 bytes a gap
     prompt_tokens: list[int] = field(default_factory=list)
     completion_tokens: list[int] = field(default_factory=list)
     started_s: float = field(default_factory=time.monotonic)
@@ -66,10 +68,12 @@ class LevelStats:
             return
         if trace.chunk_ns:
             self.ttft_ms.append(trace.chunk_ns[0] / NS_PER_MS)
-            self.itl_ms.extend(
+            gaps = [
                 (b - a) / NS_PER_MS
                 for a, b in zip(trace.chunk_ns, trace.chunk_ns[1:], strict=False)
-            )
+            ]
+            self.itl_ms.extend(gaps)
+            self.all_itl_ms.extend(gaps)
         if trace.prompt_tokens is not None:
             self.prompt_tokens.append(trace.prompt_tokens)
         if trace.completion_tokens is not None:
@@ -82,8 +86,8 @@ class LevelStats:
         return self.measured_errors / self.measured_done if self.measured_done else 0.0
 
     def itl_p50_ms(self) -> float | None:
-        """The median of the level's recent chunk gaps (the last :data:`ITL_WINDOW`)."""
-        return percentile(list(self.itl_ms), 50) if self.itl_ms else None
+        """The median of all the level's chunk gaps, as the findings compute it."""
+        return percentile(list(self.all_itl_ms), 50) if self.all_itl_ms else None
 
     def summary(self) -> str:
         return (

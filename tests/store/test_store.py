@@ -228,7 +228,8 @@ def test_compact_keeps_every_record_and_says_what_it_left_out(tmp_path: Path) ->
     ]
     after = load_trace_set(folder)
     assert after.requests == before.requests and after.metrics == before.metrics
-    assert after.problems == []  # the partial line was noted when compacting instead
+    assert after.problems == []  # the partial line was noted when compacting instead ...
+    assert any("partial last line" in w for w in after.manifest.warnings)  # ... and kept
     assert compact_trace_set(folder) == []  # nothing left to compact
 
 
@@ -251,3 +252,50 @@ def test_metrics_appended_after_a_compaction_are_read_with_it_in_time_order(
         writer.append_metrics(MetricSample(t_ns=9, url="http://127.0.0.1:8000/metrics"))
         writer.append_metrics(MetricSample(t_ns=1, url="http://127.0.0.1:8000/metrics"))
     assert [m.t_ns for m in load_trace_set(folder).metrics] == [1, 5, 9]
+
+
+def test_a_compaction_stopped_before_removing_its_sources_loses_and_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    """Killed between renaming its file into place and removing the plain ones: every record
+    is in both; the reader reads each once and says so, and compacting again finishes."""
+    folder = tmp_path / "inc"
+    _write_incremental(folder)
+    before = load_trace_set(folder)
+    plain = (folder / REQUESTS_FILE).read_bytes(), (folder / METRICS_FILE).read_bytes()
+    compact_trace_set(folder)
+    (folder / REQUESTS_FILE).write_bytes(plain[0])
+    (folder / METRICS_FILE).write_bytes(plain[1])
+    doubled = load_trace_set(folder)
+    assert doubled.requests == before.requests and doubled.metrics == before.metrics
+    assert any("appeared twice" in p for p in doubled.problems)
+    compact_trace_set(folder)
+    assert load_trace_set(folder).requests == before.requests
+
+
+def test_a_damaged_compressed_file_is_not_compacted_over(tmp_path: Path) -> None:
+    folder = tmp_path / "inc"
+    _write_incremental(folder)
+    compact_trace_set(folder)
+    damaged = bytearray((folder / "requests.jsonl.gz").read_bytes())
+    damaged[-6] ^= 0xFF  # the CRC in the trailer
+    (folder / "requests.jsonl.gz").write_bytes(bytes(damaged))
+    with TraceSetWriter(folder) as writer:  # resumed: a plain file beside it
+        writer.append_request(synthetic_requests(LEVELS, output_len=8)[0])
+    with pytest.raises(TraceError, match=r"damaged.*zcat requests\.jsonl\.gz"):
+        compact_trace_set(folder)
+    assert (folder / "requests.jsonl.gz").read_bytes() == bytes(damaged)
+    assert (folder / REQUESTS_FILE).exists()
+
+
+def test_compact_command_goes_on_past_a_run_it_cannot_compact(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sweeper.cli import cli
+
+    _write_incremental(tmp_path / "inc")
+    result = CliRunner().invoke(cli, ["compact", "--traces", str(tmp_path), "nosuch", "inc"])
+    assert result.exit_code == 1
+    assert "no trace set named 'nosuch'" in result.output
+    assert "1 of 2 runs not compacted" in result.output
+    assert "requests.jsonl.gz" in result.output and (tmp_path / "inc/requests.jsonl.gz").exists()
