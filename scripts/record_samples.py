@@ -16,7 +16,8 @@ Run with the project's Python after ``make vllm models``::
     .venv/bin/python scripts/record_samples.py            # all three
     .venv/bin/python scripts/record_samples.py preemption  # one
 
-Scrapes are 2 s apart to keep each trace set small enough to commit (a vLLM scrape is ~40 KB).
+Scrapes are 2 s apart and each trace set is compacted (``sweeper compact``) to keep it small enough
+to commit (a vLLM scrape is ~40 KB).
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def record(name: str, sample: Sample, out: Path) -> Path:
                 "--quiet",
             ]  # fmt: skip
             subprocess.run(command, check=True)
+            # Committed with the site: gzipped (the metrics shrink ~16x), read as before.
+            subprocess.run([str(SWEEPER), "compact", str(target)], check=True)
     return target
 
 
