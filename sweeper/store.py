@@ -358,6 +358,44 @@ class Compacted:
     notes: tuple[str, ...] = ()
 
 
+class TraceSetLock:
+    """An advisory lock on a trace-set folder (``flock`` on the folder itself, so no file is
+    left behind), held by ``sweeper record`` for the whole run and by ``sweeper compact``: two
+    recorders resuming one run, or a compaction under a recording, are refused instead of
+    interleaving their writes. The kernel drops it when its process dies. A no-op where the
+    system has no ``flock``."""
+
+    def __init__(self, folder: Path, doing: str) -> None:
+        self.folder = folder
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TraceError(
+                f"in use by another sweeper process (a recording or a compaction); {doing} "
+                "after it has finished",
+                folder,
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the lock
+            self._fd = None
+
+    def __enter__(self) -> TraceSetLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def compact_trace_set(folder: Path | str) -> list[Compacted]:
     """Gzip a trace set's request files into ``requests.jsonl.gz`` and its metrics into
     ``server_metrics.jsonl.gz``, lines unchanged (a vLLM metrics file shrinks ~16x). Each file is
@@ -365,6 +403,12 @@ def compact_trace_set(folder: Path | str) -> list[Compacted]:
     being recorded is refused; one that is resumed later appends plain files again, which the
     reader reads with the compacted ones."""
     folder = Path(folder)
+    read_manifest(folder)  # a trace set, of a version this sweeper reads
+    with TraceSetLock(folder, "compact it"):
+        return _compact(folder)
+
+
+def _compact(folder: Path) -> list[Compacted]:
     manifest = read_manifest(folder)
     if manifest.status == "running":
         raise TraceError(

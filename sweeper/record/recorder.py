@@ -73,6 +73,7 @@ from sweeper.schema import (
     strip_credentials,
 )
 from sweeper.store import (
+    TraceSetLock,
     TraceSetWriter,
     load_trace_set,
     requests_files,
@@ -198,26 +199,29 @@ async def arecord_sweep(
                 )
             manifest.status = "running"
             manifest.ended_at = None
-            for path in [*requests_files(folder), folder / METRICS_FILE]:
-                if path.suffix != ".gz":  # compacted files hold whole lines only
-                    trim_partial_line(path)
-        writer = TraceSetWriter(folder)
-        run = _Run(config, manifest, folder, writer, origin_ns, clock, progress)
-        if previous is not None:
-            run.done_ids = {
-                r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
-            }
-        streamer = _streaming_client(config, headers, transport, client)
-        # Kept per run (a resume may use another client): it bounds how exact the timestamps are.
-        manifest.client.http_client = "httpx" if streamer is client else "raw"
-        parser = MetricsParser()
-        try:
-            return await _record(run, client, streamer, parser, info, model, api, headers)
-        finally:
-            writer.close()
-            await parser.aclose()
-            if streamer is not client:
-                await streamer.aclose()
+        folder.mkdir(parents=True, exist_ok=True)
+        with TraceSetLock(folder, "resume it" if previous else "record into it"):
+            if previous is not None:
+                for path in [*requests_files(folder), folder / METRICS_FILE]:
+                    if path.suffix != ".gz":  # compacted files hold whole lines only
+                        trim_partial_line(path)
+            writer = TraceSetWriter(folder)
+            run = _Run(config, manifest, folder, writer, origin_ns, clock, progress)
+            if previous is not None:
+                run.done_ids = {
+                    r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
+                }
+            streamer = _streaming_client(config, headers, transport, client)
+            # Kept per run (a resume may use another client): it bounds how exact the stamps are.
+            manifest.client.http_client = "httpx" if streamer is client else "raw"
+            parser = MetricsParser()
+            try:
+                return await _record(run, client, streamer, parser, info, model, api, headers)
+            finally:
+                writer.close()
+                await parser.aclose()
+                if streamer is not client:
+                    await streamer.aclose()
 
 
 def _streaming_client(

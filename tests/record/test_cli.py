@@ -209,6 +209,27 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
     _check_complete(tmp_path / "r")
 
 
+def test_a_run_being_recorded_is_not_resumed_or_compacted_by_another_process(
+    tmp_path: Path,
+) -> None:
+    """The recorder holds the trace set's lock: a second `--resume` of the same run, or a
+    compaction, is refused while it records, and the recording finishes untouched. (100 ms a
+    token: the run lasts about 13 s, ample for two commands to start on a loaded machine.)"""
+    with spawn_server(ttft_ms=5, itl_ms=100) as srv:
+        proc = _start(srv.base_url, tmp_path)
+        _wait_for_lines(tmp_path / "r", 2, proc)
+        second = _sweeper("record", "--resume", "--run-id", "r", "--out", str(tmp_path))
+        assert second.returncode == 1
+        assert "in use by another sweeper process" in second.stderr
+        assert "resume it after it has finished" in second.stderr
+        compacting = _sweeper("compact", str(tmp_path / "r"))
+        assert compacting.returncode == 1 and "in use by another" in compacting.stderr
+        assert proc.poll() is None, "the refused commands stopped the recording"
+        _, err = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 0, err
+    _check_complete(tmp_path / "r")
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path, workers: str) -> None:
     # 40 ms a token: level 2 lasts about 2 s, so the signal lands inside it even when a loaded

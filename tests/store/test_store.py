@@ -20,6 +20,7 @@ from sweeper.schema import (
     Target,
 )
 from sweeper.store import (
+    TraceSetLock,
     TraceSetWriter,
     compact_trace_set,
     discover_trace_sets,
@@ -299,3 +300,18 @@ def test_compact_command_goes_on_past_a_run_it_cannot_compact(tmp_path: Path) ->
     assert "no trace set named 'nosuch'" in result.output
     assert "1 of 2 runs not compacted" in result.output
     assert "requests.jsonl.gz" in result.output and (tmp_path / "inc/requests.jsonl.gz").exists()
+
+
+def test_a_locked_trace_set_is_not_compacted(tmp_path: Path) -> None:
+    folder = tmp_path / "inc"
+    _write_incremental(folder)
+    with TraceSetLock(folder, "record into it"):
+        with pytest.raises(TraceError, match="in use by another sweeper process"):
+            compact_trace_set(folder)
+        assert (folder / REQUESTS_FILE).exists()
+    assert compact_trace_set(folder)  # released when the holder let go
+    assert sorted(p.name for p in folder.iterdir()) == [  # and no lock file left behind
+        MANIFEST_FILE,
+        "requests.jsonl.gz",
+        "server_metrics.jsonl.gz",
+    ]
