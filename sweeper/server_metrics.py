@@ -31,8 +31,11 @@ from sweeper.schema import MetricSample
 from sweeper.store import TraceSet
 from sweeper.units import MS_PER_S, NS_PER_S
 
+# Levels sharing more than this fraction of their window with another level are not attributed
 # server numbers (a closed-loop sweep's levels follow each other; a little slack for clock skew).
 OVERLAP_TOLERANCE = 0.05
+
+# Each quantity and the sample names that carry it, first match wins (new vLLM, old vLLM,
 # SGLang, llama.cpp). Histograms are named by family; "_sum" / "_count" are appended.
 GAUGES: dict[str, tuple[str, ...]] = {
     "running": (

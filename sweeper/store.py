@@ -47,22 +47,30 @@ M = TypeVar("M", bound=BaseModel)
 # writing
 
 
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[IO[bytes]]:
+    """A file written beside ``path`` (hidden) and renamed over it once written and on disk: a
+    reader sees the old file or the new one, never half of one. Removed if writing fails."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        # mkstemp makes the file private (0600); trace files are as readable as the others.
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_manifest(folder: Path, manifest: RunManifest) -> None:
     """Replace ``manifest.json`` atomically: a reader sees the old or the new one, never half."""
     folder.mkdir(parents=True, exist_ok=True)
     data = manifest.model_dump_json(indent=2, exclude_none=False)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=folder)
-    try:
-        # mkstemp makes the file private (0600); a manifest is as readable as the other files.
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, folder / MANIFEST_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _replacing(folder / MANIFEST_FILE) as fh:
+        fh.write((data + "\n").encode("utf-8"))
 
 
 class TraceSetWriter:
@@ -426,21 +434,12 @@ def _compact(folder: Path) -> list[Compacted]:
             continue
         notes: list[str] = []
         before = sum(p.stat().st_size for p in parts)
-        tmp = folder / f".{target}.tmp"
-        try:
-            with (
-                tmp.open("wb") as raw,
-                gzip.GzipFile(filename=target, fileobj=raw, mode="wb", mtime=0) as out,
-            ):
-                for part in parts:
-                    out.write(_whole_lines(part, notes))
-                out.close()
-                raw.flush()
-                os.fsync(raw.fileno())
-            os.replace(tmp, folder / target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with (
+            _replacing(folder / target) as raw,
+            gzip.GzipFile(filename=target, fileobj=raw, mode="wb", mtime=0) as out,
+        ):
+            for part in parts:
+                out.write(_whole_lines(part, notes))
         # Removed right after the rename; a crash in between leaves each record twice, which
         # the reader notices and reads once.
         for path in plain:
