@@ -339,12 +339,17 @@ def _merged_share(check: StampCheck) -> float:
     return check.merged_chunks / check.chunks if check.chunks else 0.0
 
 
+def _loop_lags(data: RunData) -> dict[int, float]:
+    """Each level's event-loop lag, p99 ms, as the recorder measured it."""
+    return {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+
+
 def _lag_by_level(data: RunData, th: Thresholds) -> dict[int, float]:
     """How far the recorder may have moved each level's chunk times (ms, p99). Stamped when read,
     that is its event-loop lag. With kernel receive times a late loop moves only the chunks that
     shared a read with the next one: none that matter (0) while they stay under
     ``client_merged_share``, else up to the reads' p99 delay."""
-    lags = {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+    lags = _loop_lags(data)
     for c, check in _kernel_checks(data).items():
         delay = check.read_delay_p99_ms if check.read_delay_p99_ms is not None else math.nan
         lags[c] = delay if _merged_share(check) > th.client_merged_share else 0.0
@@ -417,7 +422,7 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
         )
         return _unknown("client_health", text, ["manifest.client.loop_lag"], uses)
     bad = [c for c in data.concurrencies if c in lags and _client_distorted(data, c, th)]
-    loop_lags = {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
+    loop_lags = _loop_lags(data)
     worst_c = max(loop_lags or lags, key=lambda k: (loop_lags or lags)[k])
     numbers: dict[str, Any] = {
         "lag_p99_ms": {str(c): _num(v, 3) for c, v in sorted(loop_lags.items())},

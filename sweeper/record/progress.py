@@ -9,7 +9,6 @@ import math
 import sys
 import time
 from array import array
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,8 +43,7 @@ class LevelStats:
     measured_done: int = 0
     measured_errors: int = 0
     ttft_ms: list[float] = field(default_factory=list)
-    itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ITL_WINDOW))
-    all_itl_ms: array[float] = field(default_factory=lambda: array("d"))  # 8 bytes a gap
+    itl_ms: array[float] = field(default_factory=lambda: array("d"))  # every gap, 8 bytes each
     prompt_tokens: list[int] = field(default_factory=list)
     completion_tokens: list[int] = field(default_factory=list)
     started_s: float = field(default_factory=time.monotonic)
@@ -68,12 +66,10 @@ class LevelStats:
             return
         if trace.chunk_ns:
             self.ttft_ms.append(trace.chunk_ns[0] / NS_PER_MS)
-            gaps = [
+            self.itl_ms.extend(
                 (b - a) / NS_PER_MS
                 for a, b in zip(trace.chunk_ns, trace.chunk_ns[1:], strict=False)
-            ]
-            self.itl_ms.extend(gaps)
-            self.all_itl_ms.extend(gaps)
+            )
         if trace.prompt_tokens is not None:
             self.prompt_tokens.append(trace.prompt_tokens)
         if trace.completion_tokens is not None:
@@ -87,13 +83,17 @@ class LevelStats:
 
     def itl_p50_ms(self) -> float | None:
         """The median of all the level's chunk gaps, as the findings compute it."""
-        return percentile(list(self.all_itl_ms), 50) if self.all_itl_ms else None
+        return percentile(self.itl_ms.tolist(), 50) if self.itl_ms else None
+
+    def recent_itl_p50_ms(self) -> float:
+        """The median of the last :data:`ITL_WINDOW` gaps (the live display's; NaN: none)."""
+        return percentile(self.itl_ms[-ITL_WINDOW:].tolist(), 50)
 
     def summary(self) -> str:
         return (
             f"level {self.concurrency}: {self.done}/{self.total} requests, "
             f"TTFT p50 {_ms(percentile(self.ttft_ms, 50))}, "
-            f"ITL p50 {_ms(percentile(list(self.itl_ms), 50))}, errors {self.errors}"
+            f"ITL p50 {_ms(self.recent_itl_p50_ms())}, errors {self.errors}"
         )
 
 
@@ -176,7 +176,7 @@ class RichProgress(LineProgress):
                 str(st.concurrency),
                 f"{st.done} / {st.total}",
                 _ms(percentile(st.ttft_ms, 50)),
-                _ms(percentile(list(st.itl_ms), 50)),
+                _ms(st.recent_itl_p50_ms()),
                 str(st.errors),
                 f"{time.monotonic() - st.started_s:.0f} s" if st is self._current else "",
             )

@@ -262,9 +262,9 @@ async def _record(
         metrics_urls,
         run.writer.append_metrics,
         run.origin_ns,
+        parser,
         config.scrape_interval_s,
         run.clock,
-        parser=parser,
     )
     first = await scraper.scrape_all() if metrics_urls else []
     for sample in first:

@@ -198,10 +198,10 @@ class Scraper:
     urls: list[str]
     sink: Callable[[MetricSample], None]
     origin_ns: int
+    parser: MetricsParser  # the caller's: it closes it
     interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     clock: Clock = default_clock
     keep: tuple[str, ...] = KEEP_PREFIXES
-    parser: MetricsParser | None = None  # None: parse in a thread
     scrapes: int = 0
     failures: dict[str, str] = field(default_factory=dict)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -214,10 +214,7 @@ class Scraper:
             end = self.clock()  # the page holds the server's state by now; parsing can wait
             if response.status_code != httpx.codes.OK:
                 raise ValueError(f"HTTP {response.status_code}")
-            if self.parser is not None:
-                series = await self.parser.parse(response.text, self.keep)
-            else:
-                series = await asyncio.to_thread(parse_metrics, response.text, self.keep)
+            series = await self.parser.parse(response.text, self.keep)
             error = None
         except ValueError as exc:
             series, error = [], str(exc)[:300]

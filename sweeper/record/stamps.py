@@ -32,9 +32,6 @@ class StampStats:
     """One process's reads during one level. ``state()``/``merge()`` carry a worker's to the parent."""
 
     def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
         self.reads = 0
         self.kernel_reads = 0
         self.chunks = 0

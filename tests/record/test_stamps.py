@@ -112,7 +112,7 @@ class _Run:
 
 def _late_level() -> tuple[LevelStats, StampCheck]:
     stats = LevelStats(concurrency=4, total=8)
-    stats.all_itl_ms.extend([15.0] * 100)
+    stats.itl_ms.extend([15.0] * 100)
     stamps = StampStats()
     for _ in range(90):
         stamps.add_read(12 * NS_PER_MS, 1)
