@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from sweeper.metrics import gap_frame, level_frame, request_frame
+from sweeper.analysis.frames import gap_frame, level_frame, request_frame
 from sweeper.schema import REQUESTS_FILE, REQUESTS_FILE_GZ, RequestTrace
 from sweeper.store import load_trace_set
 from sweeper.testing.factories import SyntheticLevel, write_synthetic_run

@@ -56,7 +56,7 @@ from fidelity.tools import (
     vllm_available,
 )
 
-from sweeper.metrics import level_frame
+from sweeper.analysis.frames import level_frame
 from sweeper.store import load_trace_set
 from sweeper.testing.server import spawn_server
 

@@ -7,7 +7,7 @@ step). Numbers, percentages and dates go through Babel's locale data.
 Each module that writes sentences uses its own domain (``findings``, ``pages``) so catalogs can
 be extracted and kept separately::
 
-    pybabel extract -k _ -k N_ -o sweeper/locale/findings.pot sweeper/findings.py
+    pybabel extract -k _ -k N_ -o sweeper/locale/findings.pot sweeper/findings/*.py
     pybabel update -i sweeper/locale/findings.pot -d sweeper/locale -D findings -l zh
 """
 

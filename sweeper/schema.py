@@ -8,7 +8,7 @@ A trace set is a folder ``traces/<run-id>/`` holding:
 - ``server.log``           optional: the server's own log, copied as given.
 
 Only observed facts are stored; TTFT, ITL, throughput and the rest are derived by
-:mod:`sweeper.metrics`. Times are integers in nanoseconds on one monotonic clock: a request's
+:mod:`sweeper.analysis.frames`. Times are integers in nanoseconds on one monotonic clock: a request's
 ``send_ns`` and a scrape's ``t_ns`` count from the run's origin (``RunManifest.clock``), and a
 chunk's arrival counts from its own request's send. Units are in the field names.
 """

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper import charts
 from sweeper.cli import cli
+from sweeper.report import charts
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 GENERATED = ("runs", "compare")

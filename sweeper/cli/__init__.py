@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import click
 
-from sweeper import __version__
 from sweeper.cli.build import build_command
 from sweeper.cli.compact import compact_command
 from sweeper.cli.findings import findings_command
 from sweeper.cli.importing import import_command
 from sweeper.cli.record import record_command
 from sweeper.cli.summary import summary_command
+from sweeper.version import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -1,6 +1,6 @@
 """``sweeper build``: write the report pages (Markdown, en + zh) of every trace set to a folder.
 
-One library call: :func:`sweeper.site.build_markdown`. ``mkdocs build`` / ``mkdocs serve`` do the
+One library call: :func:`sweeper.report.site.build_pages`. ``mkdocs build`` / ``mkdocs serve`` do the
 same generation on their own (the sweeper MkDocs plugin); this command is for people who want the
 Markdown files, e.g. to publish them with another tool.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from sweeper.cli._common import friendly_errors, traces_option
-from sweeper.site import GENERATED_DIRS, build_markdown, load_entries
+from sweeper.report.site import GENERATED_DIRS, build_pages, load_entries
 
 
 @click.command("build")
@@ -37,7 +37,7 @@ def build_command(traces_dir: Path, out_dir: Path) -> None:
       sweeper build                       # traces/ -> docs/runs/, docs/compare/
       sweeper build --traces my-runs --out /tmp/pages
     """
-    pages = build_markdown(traces_dir, out_dir)
+    pages = build_pages(traces_dir, out_dir)
     broken = [e for e in load_entries(traces_dir) if e.error is not None]
     click.echo(
         f"wrote {len(pages)} pages to {', '.join(str(out_dir / d) for d in GENERATED_DIRS)} "

@@ -1,6 +1,6 @@
 """``sweeper summary RUN``: a trace set's numbers per level, as rich tables, JSON or CSV.
 
-One library call: :func:`sweeper.summary.summarize` on :func:`sweeper.store.load_trace_set`.
+One library call: :func:`sweeper.analysis.summary.summarize` on :func:`sweeper.store.load_trace_set`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from sweeper.analysis.summary import render_summary, summarize, summary_csv
 from sweeper.cli._common import friendly_errors, load_run, traces_option
-from sweeper.summary import render_summary, summarize, summary_csv
 
 
 @click.command("summary")

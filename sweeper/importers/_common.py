@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sweeper import __version__
 from sweeper.errors import ImportFormatError
 from sweeper.schema import (
     Clock,
@@ -30,6 +29,7 @@ from sweeper.schema import (
 )
 from sweeper.store import DEFAULT_TRACES_DIR, write_trace_set
 from sweeper.units import NS_PER_MS, NS_PER_S
+from sweeper.version import __version__
 
 RUN_ID_MAX = 128
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -286,7 +286,7 @@ def _apply_server_logs(
     """
     if not paths:
         return None
-    from sweeper.serverlog import apply_server_log, parse_server_log
+    from sweeper.facts.serverlog import apply_server_log, parse_server_log
 
     texts = []
     for path in paths:
@@ -320,7 +320,7 @@ def _apply_server_logs(
 
 
 def _gpu_facts(name: str | None, count: int | None) -> Hardware:
-    from sweeper.hardware import gpu_facts
+    from sweeper.facts.hardware import gpu_facts
 
     if name is None:
         from sweeper.schema import Fact

@@ -4,7 +4,7 @@ A timer that should fire every :data:`LagMonitor.INTERVAL_S` measures how late i
 fired. A busy loop (too many streams for one process, a slow callback) delays the reading of
 every chunk by about as much, and that delay lands in the recorded ITL. The lag of each level is
 stored in the manifest (``client.loop_lag``); where the chunks are stamped when read, a level
-whose p99 lag distorts its ITL (:meth:`sweeper.thresholds.Thresholds.loop_lag_distorts`) gets a
+whose p99 lag distorts its ITL (:meth:`sweeper.analysis.thresholds.Thresholds.loop_lag_distorts`) gets a
 warning.
 """
 

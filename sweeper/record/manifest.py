@@ -10,7 +10,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sweeper import __version__
 from sweeper.errors import ConfigError
 from sweeper.record.config import LIBRARIES, USER_SERVER_FACTS, RecordConfig, redact_argv
 from sweeper.record.serverinfo import ServerInfo, server_facts, version_fact
@@ -26,6 +25,7 @@ from sweeper.schema import (
     Workload,
 )
 from sweeper.store import discover_trace_sets, read_manifest
+from sweeper.version import __version__
 
 
 def trim_partial_line(path: Path) -> bool:
@@ -132,7 +132,7 @@ def _library_versions() -> dict[str, str]:
 
 
 def apply_user_facts(manifest: RunManifest, config: RecordConfig) -> None:
-    from sweeper.hardware import gpu_facts, model_facts
+    from sweeper.facts.hardware import gpu_facts, model_facts
 
     server_config = manifest.server.config
     for option, name in USER_SERVER_FACTS.items():

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
 from sweeper.record.client import (
     Clock,
@@ -78,7 +79,6 @@ from sweeper.store import (
     load_trace_set,
     requests_files,
 )
-from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 
 @dataclass
@@ -384,7 +384,7 @@ async def _token_counter(
 def _read_server_log(run: _Run) -> None:
     if run.config.server_log is None:
         return
-    from sweeper.serverlog import apply_server_log, parse_server_log
+    from sweeper.facts.serverlog import apply_server_log, parse_server_log
 
     try:
         # Copied again at the end: lines the server wrote during the run count too.
@@ -511,7 +511,7 @@ def _self_check(
     run: _Run, stats: LevelStats, lag: LoopLag | None, stamps: StampCheck | None
 ) -> None:
     """Store the level's loop lag and stamp check; warn where the chunk times may be off, by the
-    rules the ``client_health`` finding applies (:class:`sweeper.thresholds.Thresholds`). With
+    rules the ``client_health`` finding applies (:class:`sweeper.analysis.thresholds.Thresholds`). With
     kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
     concurrency = stats.concurrency
     client = run.manifest.client

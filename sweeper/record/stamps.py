@@ -8,7 +8,7 @@ too short. This module counts, per level, the reads, how long their bytes had wa
 socket (the *read delay*: read time - kernel receive time), and the chunks that shared a read
 with the next chunk of their stream (*merged* chunks). A merged chunk's time may be late by up to
 about the read delay; when enough of the chunks were merged while reads were late
-(:meth:`sweeper.thresholds.Thresholds.stamps_distorted`, the same rule the ``client_health``
+(:meth:`sweeper.analysis.thresholds.Thresholds.stamps_distorted`, the same rule the ``client_health``
 finding applies), the level's ITL percentiles may be off and the recorder warns.
 
 Where there is no kernel time (httpx, TLS, other systems), a read is stamped when the loop got to

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from sweeper import __version__
 from sweeper.schema import (
     Clock,
     Fact,
@@ -27,6 +26,7 @@ from sweeper.schema import (
     Workload,
 )
 from sweeper.store import write_trace_set
+from sweeper.version import __version__
 
 
 @dataclass

@@ -9,8 +9,8 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sweeper.facts.serverlog import parse_server_log
 from sweeper.schema import MetricSample
-from sweeper.serverlog import parse_server_log
 
 from .conftest import Recorded
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from sweeper import __version__
+from sweeper.facts.hardware import gpu_facts, model_facts
 from sweeper.findings import RunData
-from sweeper.hardware import gpu_facts, model_facts
 from sweeper.schema import Fact, RunManifest, Server, ServerConfig, Source, Workload
+from sweeper.version import __version__
 
 GIB = 1 << 30
 LEVELS = [1, 2, 4, 8, 16, 32, 64]

@@ -16,7 +16,7 @@ from sweeper.findings import SLO, parse_slos
 ROOT = Path(__file__).resolve().parents[2]
 PO = ROOT / "sweeper" / "locale" / "zh" / "LC_MESSAGES" / "findings.po"
 SOURCES = [
-    *sorted((ROOT / "sweeper").glob("findings*.py")),
+    *sorted((ROOT / "sweeper" / "findings").glob("*.py")),
     ROOT / "sweeper" / "cli" / "findings.py",
 ]
 PLACEHOLDER = re.compile(r"\{(\w+)\}")

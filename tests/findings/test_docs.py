@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.analysis.thresholds import Thresholds
+from sweeper.facts.hardware import GPU_SPECS, MODEL_SPECS
 from sweeper.findings import FINDING_IDS, TAIL_CAUSES, analyze
-from sweeper.hardware import GPU_SPECS, MODEL_SPECS
-from sweeper.thresholds import Thresholds
 
 from .reference import reference_run_data
 

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from sweeper import __version__
+from sweeper.facts.hardware import gpu_facts, model_facts
 from sweeper.findings import RunData, analyze, finding
-from sweeper.hardware import gpu_facts, model_facts
 from sweeper.schema import Fact, RunManifest, Server, ServerConfig, Source, Workload
+from sweeper.version import __version__
 
 LEVELS = [1, 40, 100]
 SPEED = {1: 40.0, 40: 22.0, 100: 20.0}  # "平均生成速率"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.analysis.server_frames import SERVER_COLUMNS, server_level_frame
 from sweeper.schema import LevelStatus, MetricSample, Series
-from sweeper.server_metrics import SERVER_COLUMNS, server_level_frame
 from sweeper.store import load_trace_set, write_trace_set
 from sweeper.testing.factories import SyntheticLevel, synthetic_manifest, synthetic_requests
 

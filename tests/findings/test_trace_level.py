@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweeper.analysis.frames import gap_frame, request_frame
+from sweeper.analysis.tail_signature import stall_signature
+from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.findings import analyze_run, finding
-from sweeper.metrics import gap_frame, request_frame
 from sweeper.schema import Fact, MetricSample, Series, ServerConfig, StampCheck
 from sweeper.store import load_trace_set
-from sweeper.tail_signature import stall_signature
-from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 from .sim import write_simulated_run
 

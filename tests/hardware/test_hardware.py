@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import ConfigError
-from sweeper.hardware import (
+from sweeper.facts.hardware import (
     GPU_SPECS,
     MODEL_SPECS,
     dtype_bytes,

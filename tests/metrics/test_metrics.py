@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweeper.metrics import (
+from sweeper.analysis.frames import (
     GAP_COLUMNS,
     REQUEST_COLUMNS,
     gap_frame,

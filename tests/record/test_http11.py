@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.record import recorder
 from sweeper.record.client import RequestSpec, stream_request
 from sweeper.record.config import RecordConfig, RequestCount
@@ -26,7 +27,6 @@ from sweeper.record.stamps import StampStats
 from sweeper.record.workload import completion_body
 from sweeper.store import load_trace_set
 from sweeper.testing.server import ServerProcess, ServerThread
-from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 OUTPUT_LEN = 8
 NS_PER_MS = 1_000_000

@@ -3,12 +3,12 @@ the rule that decides a level's chunk times may be off."""
 
 from __future__ import annotations
 
+from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.record import RecordConfig, recorder
 from sweeper.record.progress import LevelStats
 from sweeper.record.stamps import StampStats
 from sweeper.schema import StampCheck
 from sweeper.testing.factories import SyntheticLevel, synthetic_manifest
-from sweeper.thresholds import DEFAULT_THRESHOLDS
 
 stamps_distorted = DEFAULT_THRESHOLDS.stamps_distorted
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from _peers import PEERS, require_peers
 
+from sweeper.facts.serverlog import GIB_BYTES, apply_server_log, parse_server_log
 from sweeper.schema import Fact, RunManifest, Source
-from sweeper.serverlog import GIB_BYTES, apply_server_log, parse_server_log
 
 DATA = Path(__file__).parent / "data"
 CPU_LOG = DATA / "vllm-0.32-cpu-default.log"

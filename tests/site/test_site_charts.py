@@ -12,8 +12,8 @@ import pytest
 import vl_convert
 from site_helpers import RUN_A, RUN_B
 
-from sweeper import charts
-from sweeper.metrics import level_frame, request_frame
+from sweeper.analysis.frames import level_frame, request_frame
+from sweeper.report import charts
 from sweeper.store import load_trace_set
 
 SCHEMA = json.loads(

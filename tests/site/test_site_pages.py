@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 from site_helpers import BROKEN, MARKDOWN_MODEL, RUN_A, RUN_B, RUN_XSS, XSS
 
-from sweeper import site
 from sweeper.cli import cli
 from sweeper.errors import SweeperError
-from sweeper.markup import chart_html, esc
-from sweeper.pages import RunData, render_run_page
-from sweeper.report import collect_run
+from sweeper.report import site
+from sweeper.report.markup import chart_html, esc
+from sweeper.report.pages import RunData, render_run_page
+from sweeper.report.run_report import collect_run
 from sweeper.store import discover_trace_sets, load_trace_set
 
 
@@ -191,7 +191,8 @@ def test_every_page_word_has_a_chinese_translation() -> None:
     keywords = {"tr": (2,), "N_": None}
     found = set()
     for name in ("pages.py", "site.py", "charts.py", "advice.py", "provenance.py", "markup.py"):
-        for _, message, _, _ in extract_from_file("python", package / name, keywords=keywords):
+        source = package / "report" / name
+        for _, message, _, _ in extract_from_file("python", source, keywords=keywords):
             found.add(message)
     with (package / "locale" / "zh" / "LC_MESSAGES" / "pages.po").open("rb") as fh:
         catalog = read_po(fh)

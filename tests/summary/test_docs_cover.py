@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.analysis.frames import LATENCY_METRICS
+from sweeper.analysis.summary import LEVEL_SCALARS
 from sweeper.cli.importing import import_command
 from sweeper.importers import IMPORTERS
-from sweeper.metrics import LATENCY_METRICS
-from sweeper.summary import LEVEL_SCALARS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 LANGS = ("md", "zh.md")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sweeper.analysis.frames import level_frame
 from sweeper.cli import cli
-from sweeper.metrics import level_frame
 from sweeper.schema import RequestTrace, Source
 from sweeper.store import load_trace_set, write_trace_set
 from sweeper.testing.factories import SyntheticLevel, synthetic_manifest, write_synthetic_run

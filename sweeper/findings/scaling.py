@@ -2,7 +2,7 @@
 helpers the other rule modules share.
 
 One function per finding id, each reading :class:`~sweeper.findings.RunData` and the named
-thresholds of :mod:`sweeper.thresholds`. Every sentence is an English gettext message (marked
+thresholds of :mod:`sweeper.analysis.thresholds`. Every sentence is an English gettext message (marked
 with ``N_``) formatted with named placeholders; the Chinese is in the ``findings`` catalog.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings import (
     _V,
     GB,
@@ -29,7 +30,6 @@ from sweeper.findings import (
     _unknown,
 )
 from sweeper.i18n import N_
-from sweeper.thresholds import Thresholds
 
 # ---------------------------------------------------------------------------------------------
 # 1. Single stream vs the memory-bandwidth roofline

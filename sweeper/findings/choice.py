@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, Thresholds
 from sweeper.findings import (
     _V,
     SLO,
@@ -29,9 +30,8 @@ from sweeper.findings import (
     _unknown,
     parse_slos,
 )
-from sweeper.findings_rules import _signed_pct
+from sweeper.findings.scaling import _signed_pct
 from sweeper.i18n import N_
-from sweeper.thresholds import DEFAULT_SLO_TABLE, Thresholds
 
 # ---------------------------------------------------------------------------------------------
 # 8. Recommended operating point, 9. SLO table

@@ -1,13 +1,13 @@
 """A run's report page, in English or Chinese: findings + charts -> Markdown with embedded Vega-Lite.
 
-:func:`sweeper.report.collect_run` reads everything a page needs from a trace set once (frames,
+:func:`sweeper.report.run_report.collect_run` reads everything a page needs from a trace set once (frames,
 findings, server aggregates); :func:`render_run_page` writes it in one language. Words come from the Babel catalog
 of the ``pages`` domain (``sweeper/locale/zh/LC_MESSAGES/pages.po``), numbers and dates from
 :mod:`sweeper.i18n`. Each section that rests on a finding (:mod:`sweeper.findings`) is written only
 when that finding exists: a page never says what the data did not show. Everything that comes
-from a trace set goes through :func:`sweeper.markup.esc`; the building blocks (cards, figures,
-tables) are in :mod:`sweeper.markup`, the "How it was recorded" section in
-:mod:`sweeper.provenance`.
+from a trace set goes through :func:`sweeper.report.markup.esc`; the building blocks (cards, figures,
+tables) are in :mod:`sweeper.report.markup`, the "How it was recorded" section in
+:mod:`sweeper.report.provenance`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from sweeper import charts
-from sweeper.advice import next_steps
+from sweeper.analysis.frames import gpus_of
 from sweeper.i18n import fmt_date, fmt_fixed, fmt_number, fmt_percent
-from sweeper.markup import (
+from sweeper.report import charts
+from sweeper.report.advice import next_steps
+from sweeper.report.markup import (
     cards,
     chart_labels,
     esc,
@@ -31,9 +32,8 @@ from sweeper.markup import (
     table,
     tr,
 )
-from sweeper.metrics import gpus_of
-from sweeper.provenance import recorded_section
-from sweeper.report import (
+from sweeper.report.provenance import recorded_section
+from sweeper.report.run_report import (
     GIB,
     RunData,
     engine_title,

@@ -8,7 +8,7 @@
 
 On each build it reads every trace set of ``traces_dir`` and writes the report pages (en + zh),
 the index and the comparison pages into generated folders of the docs folder (``runs/``,
-``compare/``; see :mod:`sweeper.site`), adds them to the navigation after ``runs/index.md``,
+``compare/``; see :mod:`sweeper.report.site`), adds them to the navigation after ``runs/index.md``,
 serves the chart script, its CSS and the Vega bundle from the site itself, and tells
 ``mkdocs serve`` to watch ``traces_dir`` so a new or changed trace set regenerates its page.
 
@@ -39,8 +39,8 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.plugins import BasePlugin, event_priority
 from mkdocs.structure.files import File, Files
 
-from sweeper import site
 from sweeper.i18n import DEFAULT_LANGUAGE, LANGUAGES
+from sweeper.report import site
 
 log = logging.getLogger("mkdocs.plugins.sweeper")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sweeper.i18n import N_, fmt_fixed, fmt_number, fmt_percent
-from sweeper.markup import finite, num, tr
-from sweeper.report import GIB, RunData
+from sweeper.report.markup import finite, num, tr
+from sweeper.report.run_report import GIB, RunData
 
 # What to change next, by the cause sweeper.findings named for the ITL tail.
 _CAUSE_ADVICE = {

@@ -5,7 +5,7 @@
     pages = generate_pages(Path("traces"))           # {"runs/<id>/index.md": "...", ...}
     write_pages(pages, Path("docs"))                  # only changed files are written
 
-The MkDocs plugin (:mod:`sweeper.mkdocs_plugin`) calls these inside every ``mkdocs build`` /
+The MkDocs plugin (:mod:`sweeper.report.mkdocs_plugin`) calls these inside every ``mkdocs build`` /
 ``serve``; ``sweeper build`` calls them to write the same Markdown for people who want the files.
 
 Layout (suffix structure of mkdocs-static-i18n: ``page.md`` is English, ``page.zh.md`` Chinese)::
@@ -38,12 +38,12 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from sweeper import charts
 from sweeper.errors import SweeperError
 from sweeper.i18n import LANGUAGES, fmt_date, fmt_number
-from sweeper.markup import chart_html, esc, front_matter, tr
-from sweeper.pages import render_run_page
-from sweeper.report import (
+from sweeper.report import charts
+from sweeper.report.markup import chart_html, esc, front_matter, tr
+from sweeper.report.pages import render_run_page
+from sweeper.report.run_report import (
     RunData,
     collect_run,
     engine_title,
@@ -54,7 +54,7 @@ from sweeper.report import (
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import TraceSet, load_trace_set
 
-log = logging.getLogger("sweeper.site")
+log = logging.getLogger("sweeper.report.site")
 
 RUNS_DIR = "runs"
 COMPARE_DIR = "compare"
@@ -113,8 +113,10 @@ def _fingerprint(folder: Path) -> str:
 
 @cache
 def _code_fingerprint() -> str:
-    """sweeper's own modules and catalogs: a cached page is stale when they change."""
-    package = Path(__file__).parent
+    """sweeper's own modules and catalogs, every package of it (a page is made by the findings,
+    the analysis and the facts as much as by this folder): a cached page is stale when any
+    changes."""
+    package = Path(__file__).parents[1]
     digest = hashlib.sha256()
     for path in sorted([*package.rglob("*.py"), *package.rglob("*.po")]):
         stat = path.stat()
@@ -472,15 +474,16 @@ def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:
     return changed
 
 
-def build_markdown(traces_dir: Path, docs_dir: Path) -> dict[str, str]:
-    """Generate and write every page; returns the pages."""
-    pages = generate_pages(traces_dir)
-    write_pages(pages, docs_dir)
+def build_pages(traces_dir: Path | str, docs_dir: Path | str) -> dict[str, str]:
+    """Generate the report pages of every trace set in ``traces_dir`` (Markdown, en + zh) and
+    write them under ``docs_dir`` (runs/, compare/); returns the pages by path."""
+    pages = generate_pages(Path(traces_dir))
+    write_pages(pages, Path(docs_dir))
     return pages
 
 
 __all__ = [
-    "build_markdown",
+    "build_pages",
     "generate_pages",
     "generated_nav",
     "render_comparison",

@@ -25,7 +25,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.metrics import LATENCY_METRICS, STAT_NAMES, level_frame
+from sweeper.analysis.frames import LATENCY_METRICS, STAT_NAMES, level_frame
 from sweeper.store import TraceSet
 
 SUMMARY_VERSION = 1

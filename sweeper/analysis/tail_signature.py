@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sweeper.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from sweeper.units import MS_PER_S
 
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
-from sweeper.metrics import request_frame
+from sweeper.analysis.frames import request_frame
 from sweeper.schema import MetricSample
 from sweeper.store import TraceSet
 from sweeper.units import MS_PER_S, NS_PER_S
@@ -387,7 +387,7 @@ def _log_gauges(ts: TraceSet, windows: list[LevelWindow]) -> dict[int, dict[str,
     if not ts.server_log or ts.manifest.clock is None or not windows:
         return {}
     try:
-        from sweeper.serverlog import parse_server_log
+        from sweeper.facts.serverlog import parse_server_log
     except ImportError:  # pragma: no cover - serverlog ships with sweeper
         return {}
     stats = parse_server_log(ts.server_log).stats

@@ -2,7 +2,7 @@
 
 The cause is read from data, in this order: the recorder's own lag (client overload), the
 server's preemption counter, chunked prefill (the setting, or the stall signature of
-:mod:`sweeper.tail_signature` in the trace), a full KV cache with a waiting queue (admission), and
+:mod:`sweeper.analysis.tail_signature` in the trace), a full KV cache with a waiting queue (admission), and
 the running count at max_num_seqs. What is missing for a verdict is named.
 """
 
@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from sweeper.analysis.tail_signature import StallSignature, stall_signature
+from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings import (
     Finding,
     RunData,
@@ -27,11 +29,9 @@ from sweeper.findings import (
     _times,
     _unknown,
 )
-from sweeper.findings_rules import _itl, tail_levels
+from sweeper.findings.scaling import _itl, tail_levels
 from sweeper.i18n import N_
 from sweeper.schema import StampCheck
-from sweeper.tail_signature import StallSignature, stall_signature
-from sweeper.thresholds import Thresholds
 
 # ---------------------------------------------------------------------------------------------
 # 5. The cause of the tail

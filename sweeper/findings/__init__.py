@@ -10,7 +10,7 @@ Each finding of DESIGN.md "Findings" 1-11 has a stable id (``roofline``, ``scali
 ``long_input``, ``client_health``), a severity, the levels it concerns, its ``numbers`` (the JSON
 contract documented in docs/findings.md), the data it rests on and what is missing. A finding the
 data cannot support has severity ``unknown`` and says what is missing; no number is invented.
-Thresholds are data (:mod:`sweeper.thresholds`). Sentences are gettext messages (domain
+Thresholds are data (:mod:`sweeper.analysis.thresholds`). Sentences are gettext messages (domain
 ``findings``; Chinese in ``sweeper/locale/zh/LC_MESSAGES/findings.po``); numbers are formatted
 per language by Babel.
 """
@@ -27,14 +27,14 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from sweeper.analysis.frames import gap_frame, level_frame, request_frame
+from sweeper.analysis.server_frames import server_level_frame
+from sweeper.analysis.tail_signature import StallSignature, stall_signature
+from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, DEFAULT_THRESHOLDS, Thresholds
 from sweeper.errors import ConfigError
 from sweeper.i18n import LANGUAGES, N_, fmt_number, fmt_percent, gettext
-from sweeper.metrics import gap_frame, level_frame, request_frame
 from sweeper.schema import RunManifest, fact_value
-from sweeper.server_metrics import server_level_frame
 from sweeper.store import TraceSet
-from sweeper.tail_signature import StallSignature, stall_signature
-from sweeper.thresholds import DEFAULT_SLO_TABLE, DEFAULT_THRESHOLDS, Thresholds
 from sweeper.units import MS_PER_S
 
 DOMAIN = "findings"
@@ -298,8 +298,8 @@ def _level_cell(frame: pd.DataFrame | None, concurrency: int, name: str) -> floa
 
 @dataclass
 class RunData:
-    """What the findings read: the manifest and the frames of :mod:`sweeper.metrics` and
-    :mod:`sweeper.server_metrics`. Frames may be partial (a per-level table typed in by hand):
+    """What the findings read: the manifest and the frames of :mod:`sweeper.analysis.frames` and
+    :mod:`sweeper.analysis.server_frames`. Frames may be partial (a per-level table typed in by hand):
     missing columns or frames make the findings that need them ``unknown``."""
 
     manifest: RunManifest
@@ -391,10 +391,9 @@ def analyze(
 ) -> list[Finding]:
     """Every finding, in the order of DESIGN.md (1-11)."""
     # The rule modules import this module's helpers, so they are imported here, not at the top.
-    from sweeper import findings_capacity as cap
-    from sweeper import findings_cause as cause
-    from sweeper import findings_choice as choice
-    from sweeper import findings_rules as perf
+    from sweeper.findings import capacity as cap
+    from sweeper.findings import cause, choice
+    from sweeper.findings import scaling as perf
 
     out: list[Finding] = []
     builders: list[tuple[str, Callable[[], Finding]]] = [
@@ -437,7 +436,7 @@ def run_data(ts: TraceSet) -> RunData:
     server = server_level_frame(ts, requests=requests) if len(levels) else None
     log_stats = 0
     if ts.server_log:
-        from sweeper.serverlog import parse_server_log
+        from sweeper.facts.serverlog import parse_server_log
 
         log_stats = len(parse_server_log(ts.server_log).stats)
     return RunData(complete_facts(ts.manifest), levels, server, requests, gaps, log_stats)
@@ -446,7 +445,7 @@ def run_data(ts: TraceSet) -> RunData:
 def complete_facts(manifest: RunManifest) -> RunManifest:
     """A copy of the manifest whose missing GPU and model figures are filled from sweeper's spec
     tables (source ``spec_table``) by the GPU and model names it has; facts it has are kept."""
-    from sweeper.hardware import gpu_facts, model_facts
+    from sweeper.facts.hardware import gpu_facts, model_facts
 
     out = manifest.model_copy(deep=True)
     hw = out.hardware

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings import (
     Finding,
     RunData,
@@ -19,9 +20,8 @@ from sweeper.findings import (
     _times,
     _unknown,
 )
-from sweeper.findings_rules import _lengths
+from sweeper.findings.scaling import _lengths
 from sweeper.i18n import N_
-from sweeper.thresholds import Thresholds
 
 # ---------------------------------------------------------------------------------------------
 # 6. KV capacity: the real concurrency ceiling

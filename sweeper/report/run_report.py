@@ -4,7 +4,7 @@ the server-side aggregates, and the facts a title, a card or the index shows.
 ::
 
     run = collect_run(load_trace_set("traces/qwen7b-4090"))
-    run.levels                 # sweeper.metrics.level_frame
+    run.levels                 # sweeper.analysis.frames.level_frame
     run.known("recommended")   # a Finding the data supported, or None
 """
 
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sweeper.analysis.frames import level_frame, request_frame
 from sweeper.findings import SLO, Finding, analyze_run_data, run_data
 from sweeper.i18n import fmt_number
-from sweeper.markup import finite
-from sweeper.metrics import level_frame, request_frame
+from sweeper.report.markup import finite
 from sweeper.schema import Fact, fact_value
 from sweeper.store import TraceSet
 
-log = logging.getLogger("sweeper.report")
+log = logging.getLogger("sweeper.report.run_report")
 
 GIB = 1024**3
 

@@ -15,9 +15,9 @@ import math
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
-from sweeper import charts
 from sweeper.findings import Finding
 from sweeper.i18n import fmt_fixed, gettext
+from sweeper.report import charts
 
 DOMAIN = "pages"
 
@@ -102,5 +102,5 @@ def num(value: object, lang: str, digits: int = 1) -> str:
 
 
 def chart_labels(lang: str, chart: str) -> dict[str, str]:
-    """The labels of one chart of :mod:`sweeper.charts`, translated."""
+    """The labels of one chart of :mod:`sweeper.report.charts`, translated."""
     return {key: tr(lang, text) for key, text in charts.LABEL_KEYS[chart].items()}

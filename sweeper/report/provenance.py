@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sweeper.i18n import DEFAULT_LANGUAGE
-from sweeper.markup import esc, table, tr
+from sweeper.report.markup import esc, table, tr
 from sweeper.schema import Fact
 from sweeper.store import TraceSet
 

@@ -1,7 +1,7 @@
 """One pure function per figure: a pandas frame + already-translated labels -> an altair Chart.
 
-No I/O and no translation happen here: :mod:`sweeper.pages` aggregates the numbers (the frames of
-:mod:`sweeper.metrics`), translates the words and passes them in. Each function returns a chart
+No I/O and no translation happen here: :mod:`sweeper.report.pages` aggregates the numbers (the frames of
+:mod:`sweeper.analysis.frames`), translates the words and passes them in. Each function returns a chart
 whose ``to_dict()`` is a complete Vega-Lite v6 spec (``$schema`` included, data inline), so it can
 be embedded in a page, validated against the schema, or rendered offline by vl-convert.
 
@@ -136,7 +136,7 @@ def _need(frame: pd.DataFrame, columns: Sequence[str], chart: str) -> None:
     if missing:
         raise ValueError(
             f"{chart}: the frame has no column {', '.join(map(repr, missing))}; pass "
-            "sweeper.metrics.level_frame(ts) (or a frame with the same columns)"
+            "sweeper.analysis.frames.level_frame(ts) (or a frame with the same columns)"
         )
 
 
@@ -519,7 +519,7 @@ def chart_request_timeline(
     max_requests: int = TIMELINE_MAX_REQUESTS,
 ) -> alt.LayerChart:
     """Each request of one level as a bar from its send time: waiting for the first token, then
-    decoding; a tick marks the first token. ``requests`` is :func:`sweeper.metrics.request_frame`."""
+    decoding; a tick marks the first token. ``requests`` is :func:`sweeper.analysis.frames.request_frame`."""
     lab = _labels("request_timeline", labels)
     _need(
         requests,

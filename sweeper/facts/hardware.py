@@ -7,7 +7,7 @@ Two calls, used by the recorder and the importers to fill the manifest::
     model_facts(None, Path("model/config.json")) # the model's own config.json wins over the table
 
 Every value is a :class:`~sweeper.schema.Fact` carrying its source: ``spec_table`` (the tables
-``sweeper/data/gpus.csv`` and ``models.csv``, each row citing where its figures come from), ``model_config`` (the model's config.json)
+``sweeper/facts/data/gpus.csv`` and ``models.csv``, each row citing where its figures come from), ``model_config`` (the model's config.json)
 or ``user`` (what the caller gave). An unknown GPU yields only its name and count: sweeper never
 invents a figure.
 
@@ -60,7 +60,7 @@ def _read_table(path: Path) -> list[dict[str, str]]:
 
 
 def load_gpu_specs(path: Path = GPU_TABLE) -> tuple[GpuSpec, ...]:
-    """The GPU table (``sweeper/data/gpus.csv``: one row per GPU, its figures and their source).
+    """The GPU table (``sweeper/facts/data/gpus.csv``: one row per GPU, its figures and their source).
     Rows are matched in order, so specific variants (``A100 PCIe 80GB``) come before general
     ones (``A100``)."""
     return tuple(
@@ -149,7 +149,7 @@ class ModelSpec:
 
 
 def load_model_specs(path: Path = MODEL_TABLE) -> tuple[ModelSpec, ...]:
-    """The model table (``sweeper/data/models.csv``: shapes from each model's config.json)."""
+    """The model table (``sweeper/facts/data/models.csv``: shapes from each model's config.json)."""
     return tuple(
         ModelSpec(
             name=row["name"],
