@@ -5,7 +5,7 @@ drive it; the default is ``time.monotonic_ns`` (CLOCK_MONOTONIC on Linux, the cl
 process on the host shares: a test server or a second recorder process reads the same one).
 
 Each network read is stamped once, when it returns (httpx), or when its bytes arrived (the raw
-client, :mod:`sweeper.record.http11`: the kernel's receive time over plain TCP on Linux); every
+client, :mod:`sweeper.record.http`: the kernel's receive time over plain TCP on Linux); every
 event it completed gets that time. A :class:`~sweeper.record.stamps.StampStats` passed in counts
 the reads and the chunks that shared one (the recorder's self-check).
 A failed request is data: its trace carries the error kind, HTTP status and message, and the
@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from sweeper.record.http11 import (
+from sweeper.record.http import (
     ConnectFailed,
     ConnectionLost,
     ProtocolViolation,

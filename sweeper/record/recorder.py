@@ -37,7 +37,7 @@ from sweeper.record.config import (
     RecordConfig,
     default_run_id,
 )
-from sweeper.record.http11 import RawClient
+from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
 from sweeper.record.progress import LevelStats, NullProgress, Progress

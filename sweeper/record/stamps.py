@@ -1,7 +1,7 @@
 """How exact a level's chunk timestamps are: the recorder's self-check on its own reads.
 
 Over plain TCP on Linux the raw client stamps each socket read with the kernel's receive time
-(:mod:`sweeper.record.http11`), so an event loop that reads late does not move the stamps. What
+(:mod:`sweeper.record.http`), so an event loop that reads late does not move the stamps. What
 it can still do is let two chunks of one stream pile up in their socket: one read then returns
 both, and the earlier chunk gets the later one's time, its gap before too long, the gap after
 too short. This module counts, per level, the reads, how long their bytes had waited in the

@@ -38,7 +38,7 @@ from sweeper.record.client import (
     stream_request,
 )
 from sweeper.record.config import CONNECT_TIMEOUT_S
-from sweeper.record.http11 import RawClient
+from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor
 from sweeper.record.stamps import StampStats
 from sweeper.schema import RequestTrace
@@ -64,7 +64,7 @@ class WorkerSettings:
     timeout_s: float
     headers: dict[str, str]
     max_connections: int
-    http_client: str = "raw"  # "raw": sweeper.record.http11 streams; "httpx": the httpx pool
+    http_client: str = "raw"  # "raw": sweeper.record.http streams; "httpx": the httpx pool
 
 
 @dataclass

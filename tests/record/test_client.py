@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from sweeper.record.client import RequestShaper, RequestSpec, StreamClient, stream_request
-from sweeper.record.http11 import RawClient
+from sweeper.record.http import RawClient
 from sweeper.record.workload import completion_body
 from sweeper.testing.server import ServerThread, closed_port_url, run_server
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from sweeper.record import http11
 from sweeper.record.client import RequestSpec, stream_request
-from sweeper.record.http11 import ConnectionLost, Origin, RawClient
+from sweeper.record.http import ConnectionLost, Origin, RawClient, connection, open_connection
 from sweeper.record.workload import completion_body
 from sweeper.testing.server import ServerThread
 
@@ -86,7 +85,7 @@ def test_a_connection_closed_while_sending_frees_its_socket_number(
     connection) connects and streams normally."""
 
     async def main() -> Any:
-        conn = await http11._open(Origin("http", "127.0.0.1", silent_listener))
+        conn = await open_connection(Origin("http", "127.0.0.1", silent_listener))
         sending = asyncio.create_task(conn.send(b"x" * BIG_BODY))
         await asyncio.sleep(0.2)
         assert not sending.done()  # blocked on the full buffer
@@ -158,7 +157,7 @@ def test_an_answer_that_comes_with_the_tls_handshake_is_read(
 ) -> None:
     cert, key = certificate
     trusting = ssl.create_default_context(cafile=str(cert))
-    monkeypatch.setattr(http11, "ssl_context_for", lambda origin: trusting)
+    monkeypatch.setattr(connection, "ssl_context_for", lambda origin: trusting)
     answer = b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy"
     port, thread = _tls_server(cert, key, answer)
 

@@ -22,7 +22,7 @@ from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.record import recorder
 from sweeper.record.client import RequestSpec, stream_request
 from sweeper.record.config import RecordConfig, RequestCount
-from sweeper.record.http11 import RawClient, split_url, ssl_context_for
+from sweeper.record.http import RawClient, split_url, ssl_context_for
 from sweeper.record.stamps import StampStats
 from sweeper.record.workload import completion_body
 from sweeper.store import load_trace_set
