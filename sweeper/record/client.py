@@ -30,6 +30,7 @@ from sweeper.record.http import (
     ProtocolViolation,
     RawClient,
     RawResponse,
+    describe_exception,
 )
 from sweeper.record.sse import (
     DONE_MARKER,
@@ -170,7 +171,7 @@ async def stream_request(
                 kind="timeout", message=f"no complete answer within {timeout_s:g} s (--timeout)"
             )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            error = RequestError(kind="connect", message=_clip(_describe(exc)))
+            error = RequestError(kind="connect", message=_clip(describe_exception(exc)))
         except ConnectFailed as exc:
             error = RequestError(kind="connect", message=_clip(str(exc)))
         except (
@@ -184,15 +185,15 @@ async def stream_request(
                 retries_left -= 1
                 continue
             kind: ErrorKind = "stream_cut" if state.bytes_seen else "reset"
-            error = RequestError(kind=kind, message=_clip(_describe(exc)))
+            error = RequestError(kind=kind, message=_clip(describe_exception(exc)))
         except httpx.TimeoutException as exc:
-            error = RequestError(kind="timeout", message=_clip(_describe(exc)))
+            error = RequestError(kind="timeout", message=_clip(describe_exception(exc)))
         except StreamFormatError as exc:
             error = RequestError(kind="malformed", message=_clip(str(exc)))
         except StreamServerError as exc:
             error = RequestError(kind="server_error", message=_clip(str(exc)))
         except httpx.HTTPError as exc:
-            error = RequestError(kind="other", message=_clip(_describe(exc)))
+            error = RequestError(kind="other", message=_clip(describe_exception(exc)))
         # A good stream ends at its last byte; a failed one when the failure was seen.
         end_ns = state.end_ns if error is None and state.end_ns is not None else clock() - send_ns
         usage = reader.usage or {}
@@ -320,11 +321,6 @@ def _handle(events: list[Any], state: _Stream, reader: ChunkReader, now: int) ->
         if info.server_timing:
             state.server_timing = info.server_timing
     return False
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if str(exc) else text
 
 
 def _clip(text: str) -> str:
