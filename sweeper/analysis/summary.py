@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from typing import Any
 
 import pandas as pd
@@ -27,6 +26,7 @@ from rich.table import Table
 
 from sweeper.analysis.frames import LATENCY_METRICS, STAT_NAMES, level_frame
 from sweeper.store import TraceSet
+from sweeper.units import finite, json_safe
 
 SUMMARY_VERSION = 1
 
@@ -58,21 +58,10 @@ NOTE_RECONSTRUCTED = (
 )
 
 
-def _clean(value: Any) -> Any:
-    """NaN / inf -> None; numpy scalars -> Python numbers."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return value
-    if not math.isfinite(number):
-        return None
-    return number
+def _number(value: Any) -> Any:
+    """A summary value: every number a float (JSON-safe), text and flags as they are."""
+    value = json_safe(value)
+    return float(value) if finite(value) else value
 
 
 def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -90,17 +79,17 @@ def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, 
     for record in frame.to_dict("records"):
         level: dict[str, Any] = {}
         for key in LEVEL_SCALARS:
-            value = _clean(record.get(key))
+            value = _number(record.get(key))
             if key in INT_KEYS and value is not None:
                 value = int(value)
             level[key] = value
         for metric in LATENCY_METRICS:
-            level[metric] = {stat: _clean(record.get(f"{metric}_{stat}")) for stat in STAT_NAMES}
+            level[metric] = {stat: _number(record.get(f"{metric}_{stat}")) for stat in STAT_NAMES}
         level["itl_available"] = level["itl_ms"]["mean"] is not None
         level["basis"] = record.get("basis")
         tool = source.summaries.get(str(level["concurrency"]))
         if tool:
-            level["tool"] = {k: _clean(v) for k, v in tool.items()}
+            level["tool"] = {k: _number(v) for k, v in tool.items()}
         out_levels.append(level)
     return {
         "summary_version": SUMMARY_VERSION,

@@ -12,8 +12,7 @@ import math
 from dataclasses import dataclass
 
 from sweeper.schema import StampCheck
-
-MIB = 1 << 20
+from sweeper.units import MIB
 
 
 @dataclass(frozen=True)

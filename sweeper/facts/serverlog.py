@@ -40,10 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sweeper.schema import Fact, FactValue, RunManifest, ServerConfig
+from sweeper.units import GIB, MIB
 
-GIB_BYTES = 1 << 30
 # vLLM and SGLang print memory as "GB" in some versions but always compute it as bytes / 2**30.
-UNIT_BYTES = {"GiB": GIB_BYTES, "GB": GIB_BYTES, "MiB": 1 << 20, "MB": 1 << 20}
+UNIT_BYTES = {"GiB": GIB, "GB": GIB, "MiB": MIB, "MB": MIB}
 PERCENT = 100.0
 AUTO = "auto"
 DETAIL_MAX_CHARS = 400

@@ -5,44 +5,43 @@ from __future__ import annotations
 import math
 
 from sweeper.analysis.thresholds import Thresholds
-from sweeper.findings import (
-    Finding,
-    RunData,
-    _finite,
-    _gib,
-    _Missing,
-    _Msg,
-    _Num,
-    _num,
-    _Pct,
-    _per_level,
-    _Text,
-    _times,
-    _unknown,
+from sweeper.findings._words import (
+    Missing,
+    Msg,
+    Num,
+    Pct,
+    Text,
+    gib,
+    num,
+    per_level,
+    times,
+    unknown,
 )
-from sweeper.findings.scaling import _lengths
+from sweeper.findings.frames import RunFrames, request_lengths
+from sweeper.findings.model import Finding
 from sweeper.i18n import N_
+from sweeper.units import finite
 
 # ---------------------------------------------------------------------------------------------
 # 6. KV capacity: the real concurrency ceiling
 
 
-def kv_capacity(data: RunData) -> tuple[float, str] | None:
+def kv_capacity(data: RunFrames) -> tuple[float, str] | None:
     """KV cache capacity in tokens and where it came from."""
     tokens = data.fact("server.config.kv_cache_tokens")
-    if _finite(tokens) and tokens > 0:
+    if finite(tokens) and tokens > 0:
         src = data.manifest.server.config.kv_cache_tokens
         return float(tokens), f"server.config.kv_cache_tokens ({src.source if src else '?'})"
     mem = data.fact("server.config.kv_cache_memory_bytes")
     per_token = data.fact("model.kv_bytes_per_token")
-    if _finite(mem) and _finite(per_token) and per_token > 0:
+    if finite(mem) and finite(per_token) and per_token > 0:
         return float(mem) / float(per_token), "kv_cache_memory_bytes ÷ model.kv_bytes_per_token"
     return None
 
 
-def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
+def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     cap = kv_capacity(data)
-    inp, out = _lengths(data)
+    inp, out = request_lengths(data)
     uses = ["workload input/output lengths"]
     missing = []
     if cap is None:
@@ -54,11 +53,11 @@ def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
     if inp is None or out is None:
         missing.append(N_("tokens per request (input and output lengths)"))
     if missing:
-        text = _Text().add(
+        text = Text().add(
             N_("The real concurrency ceiling cannot be computed: missing {missing}."),
-            missing=_Missing(missing),
+            missing=Missing(missing),
         )
-        return _unknown("kv_ceiling", text, missing, uses)
+        return unknown("kv_ceiling", text, missing, uses)
     assert cap is not None and inp is not None and out is not None
     capacity, cap_source = cap
     uses.append(cap_source)
@@ -67,24 +66,24 @@ def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
     ceiling = math.floor(exact)
     occupancy = [c * per_req / capacity for c in data.concurrencies]
     observed = [data.server_value(c, "kv_usage_max") for c in data.concurrencies]
-    if any(_finite(v) for v in observed):
+    if any(finite(v) for v in observed):
         uses.append("server KV usage per level")
     max_seqs = data.fact("server.config.max_num_seqs")
     top = data.concurrencies[-1]
-    text = _Text()
-    if _finite(max_seqs) and float(max_seqs) > ceiling:
+    text = Text()
+    if finite(max_seqs) and float(max_seqs) > ceiling:
         text.add(
             N_(
                 "The real concurrency ceiling is {ceiling}, not the {m} of --max-num-seqs: the KV cache holds "
                 "{cap} tokens and each request needs {per} ({inp} in + {out} out); {cap} ÷ {per} = {exact}."
             ),
             ceiling=ceiling,
-            m=_Num(float(max_seqs), 0),
-            cap=_Num(capacity, 0),
-            per=_Num(per_req, 0),
-            inp=_Num(inp, 0),
-            out=_Num(out, 0),
-            exact=_Num(exact, 1),
+            m=Num(float(max_seqs), 0),
+            cap=Num(capacity, 0),
+            per=Num(per_req, 0),
+            inp=Num(inp, 0),
+            out=Num(out, 0),
+            exact=Num(exact, 1),
         )
     else:
         text.add(
@@ -93,32 +92,32 @@ def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
                 "at most {ceiling} requests fit at once ({cap} ÷ {per} = {exact})."
             ),
             ceiling=ceiling,
-            cap=_Num(capacity, 0),
-            per=_Num(per_req, 0),
-            inp=_Num(inp, 0),
-            out=_Num(out, 0),
-            exact=_Num(exact, 1),
+            cap=Num(capacity, 0),
+            per=Num(per_req, 0),
+            inp=Num(inp, 0),
+            out=Num(out, 0),
+            exact=Num(exact, 1),
         )
-        if _finite(max_seqs):
-            text.add(N_("--max-num-seqs {m} binds first."), m=_Num(float(max_seqs), 0))
+        if finite(max_seqs):
+            text.add(N_("--max-num-seqs {m} binds first."), m=Num(float(max_seqs), 0))
     obs_top = observed[-1]
-    if _finite(obs_top):
+    if finite(obs_top):
         text.add(
             N_(
                 "At C={c} the requests need {need} tokens, {occ} of the pool; the server's own peak KV usage "
                 "there was {obs}."
             ),
             c=top,
-            need=_Num(top * per_req, 0),
-            occ=_Pct(occupancy[-1]),
-            obs=_Pct(obs_top),
+            need=Num(top * per_req, 0),
+            occ=Pct(occupancy[-1]),
+            obs=Pct(obs_top),
         )
     else:
         text.add(
             N_("At C={c} the requests need {need} tokens, {occ} of the pool."),
             c=top,
-            need=_Num(top * per_req, 0),
-            occ=_Pct(occupancy[-1]),
+            need=Num(top * per_req, 0),
+            occ=Pct(occupancy[-1]),
         )
     full_at = next(
         (c for c, o in zip(data.concurrencies, occupancy, strict=True) if o >= 1.0), None
@@ -138,26 +137,26 @@ def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
                 "C={c} would need {need} tokens, {times} the pool: that many requests cannot run at once."
             ),
             c=2 * top,
-            need=_Num(2 * top * per_req, 0),
-            times=_times(2 * top * per_req / capacity),
+            need=Num(2 * top * per_req, 0),
+            times=times(2 * top * per_req / capacity),
         )
     close = [
         c
         for c, o in zip(data.concurrencies, occupancy, strict=True)
         if o >= th.kv_warning_occupancy
     ]
-    severity = "warning" if close or (_finite(max_seqs) and float(max_seqs) > ceiling) else "info"
+    severity = "warning" if close or (finite(max_seqs) and float(max_seqs) > ceiling) else "info"
     return Finding(
         id="kv_ceiling",
         severity=severity,
         levels=close,
         numbers={
-            "capacity_tokens": _num(capacity, 0),
-            "tokens_per_request": _num(per_req, 0),
+            "capacity_tokens": num(capacity, 0),
+            "tokens_per_request": num(per_req, 0),
             "ceiling": ceiling,
-            "ceiling_exact": _num(exact, 3),
-            "occupancy": _per_level(data, occupancy),
-            "observed_kv_usage_max": _per_level(data, observed),
+            "ceiling_exact": num(exact, 3),
+            "occupancy": per_level(data, occupancy),
+            "observed_kv_usage_max": per_level(data, observed),
             "full_at": full_at,
             "max_num_seqs": max_seqs,
         },
@@ -170,7 +169,7 @@ def kv_ceiling(data: RunData, th: Thresholds) -> Finding:
 # 7. Memory headroom
 
 
-def memory_headroom(data: RunData, th: Thresholds) -> Finding:
+def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
     cfg = data.manifest.server.config
     value = data.fact
     kv_mem = value("server.config.kv_cache_memory_bytes")
@@ -184,15 +183,15 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
     util = value("server.config.gpu_memory_utilization")
     uses = ["server log memory accounting"]
     cap = kv_capacity(data)
-    inp, out = _lengths(data)
-    if not _finite(kv_mem) or cap is None:
-        text = _Text().add(
+    inp, out = request_lengths(data)
+    if not finite(kv_mem) or cap is None:
+        text = Text().add(
             N_(
                 "The memory headroom cannot be computed: it needs the server log's memory accounting "
                 "(KV cache memory and size)."
             )
         )
-        return _unknown(
+        return unknown(
             "memory_headroom",
             text,
             ["server log memory accounting (Available KV cache memory, GPU KV cache size)"],
@@ -202,40 +201,40 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
     per_req = (inp or 0) + (out or 0)
     ceiling = int(capacity // per_req) if per_req else None
     parts = [weights, non_torch, act, graphs]
-    text = _Text()
+    text = Text()
     used = None
-    if all(_finite(p) or p is None for p in parts) and _finite(weights) and _finite(act):
-        wn = float(weights) + (float(non_torch) if _finite(non_torch) else 0.0)
-        used = wn + float(act) + (float(graphs) if _finite(graphs) else 0.0) + float(kv_mem)
+    if all(finite(p) or p is None for p in parts) and finite(weights) and finite(act):
+        wn = float(weights) + (float(non_torch) if finite(non_torch) else 0.0)
+        used = wn + float(act) + (float(graphs) if finite(graphs) else 0.0) + float(kv_mem)
         budget_words = (
-            _Msg(
+            Msg(
                 N_(", against a budget of {b} GiB (gpu_memory_utilization {u})"),
-                {"b": _gib(float(budget)), "u": _Num(float(util), 2)},
+                {"b": gib(float(budget)), "u": Num(float(util), 2)},
             )
-            if _finite(budget) and _finite(util)
+            if finite(budget) and finite(util)
             else ""
         )
         total_words = (
-            _Msg(N_(" on a device of {t} GiB"), {"t": _gib(float(total))}) if _finite(total) else ""
+            Msg(N_(" on a device of {t} GiB"), {"t": gib(float(total))}) if finite(total) else ""
         )
         text.add(
             N_(
                 "Memory: weights and non-torch {wn} GiB, peak activations {a} GiB, CUDA graphs {g} GiB and the "
                 "KV cache {kv} GiB, {used} GiB in all{budget}{total}."
             ),
-            wn=_gib(wn),
-            a=_gib(float(act)),
-            g=_gib(float(graphs) if _finite(graphs) else 0.0),
-            kv=_gib(float(kv_mem)),
-            used=_gib(used),
+            wn=gib(wn),
+            a=gib(float(act)),
+            g=gib(float(graphs) if finite(graphs) else 0.0),
+            kv=gib(float(kv_mem)),
+            used=gib(used),
             budget=budget_words,
             total=total_words,
         )
     source = None
-    if _finite(suggested) and float(suggested) > 0:
+    if finite(suggested) and float(suggested) > 0:
         new_kv = float(suggested)
         source = "server suggestion"
-    elif used is not None and _finite(total):
+    elif used is not None and finite(total):
         new_kv = float(total) - (used - float(kv_mem)) - th.memory_reserve_bytes
         source = "estimate"
     else:
@@ -250,7 +249,7 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
             severity="unknown",
             text=text.render(),
             data=uses,
-            numbers={"kv_cache_memory_bytes": _num(kv_mem, 0), "used_bytes": _num(used, 0)},
+            numbers={"kv_cache_memory_bytes": num(kv_mem, 0), "used_bytes": num(used, 0)},
             missing=["total device memory or the server's --kv-cache-memory suggestion"],
         )
     extra = new_kv - float(kv_mem)
@@ -262,7 +261,7 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
         )
         severity = "info"
     else:
-        text.add(N_("{extra} GiB of GPU memory are not used for the KV cache."), extra=_gib(extra))
+        text.add(N_("{extra} GiB of GPU memory are not used for the KV cache."), extra=gib(extra))
         if source == "server suggestion":
             text.add(
                 N_(
@@ -271,8 +270,8 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
                     "gpu-memory-utilization."
                 ),
                 b=int(new_kv),
-                g=_gib(new_kv),
-                cap=_Num(round(new_cap, -2), 0),
+                g=gib(new_kv),
+                cap=Num(round(new_cap, -2), 0),
                 c0=ceiling if ceiling is not None else "?",
                 c1=new_ceiling if new_ceiling is not None else "?",
             )
@@ -282,10 +281,10 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
                     "Keeping {reserve} GiB free, the KV cache could grow to about {g} GiB (--kv-cache-memory={b}): "
                     "about {cap} tokens, a concurrency ceiling of {c1} instead of {c0}."
                 ),
-                reserve=_gib(th.memory_reserve_bytes),
-                g=_gib(new_kv),
+                reserve=gib(th.memory_reserve_bytes),
+                g=gib(new_kv),
                 b=int(new_kv),
-                cap=_Num(round(new_cap, -2), 0),
+                cap=Num(round(new_cap, -2), 0),
                 c0=ceiling if ceiling is not None else "?",
                 c1=new_ceiling if new_ceiling is not None else "?",
             )
@@ -297,17 +296,17 @@ def memory_headroom(data: RunData, th: Thresholds) -> Finding:
         severity=severity,
         levels=[],
         numbers={
-            "kv_cache_memory_bytes": _num(kv_mem, 0),
-            "unused_bytes": _num(max(extra, 0.0), 0),
-            "suggested_kv_cache_memory_bytes": _num(new_kv, 0),
+            "kv_cache_memory_bytes": num(kv_mem, 0),
+            "unused_bytes": num(max(extra, 0.0), 0),
+            "suggested_kv_cache_memory_bytes": num(new_kv, 0),
             "source": source,
-            "capacity_tokens": _num(capacity, 0),
-            "new_capacity_tokens": _num(new_cap, 0),
+            "capacity_tokens": num(capacity, 0),
+            "new_capacity_tokens": num(new_cap, 0),
             "ceiling": ceiling,
             "new_ceiling": new_ceiling,
-            "used_bytes": _num(used, 0),
-            "total_memory_bytes": _num(total, 0),
-            "budget_bytes": _num(budget, 0),
+            "used_bytes": num(used, 0),
+            "total_memory_bytes": num(total, 0),
+            "budget_bytes": num(budget, 0),
         },
         text=text.render(),
         data=uses,

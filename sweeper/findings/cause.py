@@ -14,36 +14,25 @@ from typing import Any
 
 from sweeper.analysis.tail_signature import StallSignature, stall_signature
 from sweeper.analysis.thresholds import Thresholds
-from sweeper.findings import (
-    Finding,
-    RunData,
-    _finite,
-    _Levels,
-    _Missing,
-    _Ms,
-    _Msg,
-    _Num,
-    _num,
-    _Pct,
-    _Text,
-    _times,
-    _unknown,
-)
-from sweeper.findings.scaling import _itl, tail_levels
+from sweeper.findings._words import Levels, Missing, Ms, Msg, Num, Pct, Text, num, times, unknown
+from sweeper.findings.frames import RunFrames, itl_percentiles
+from sweeper.findings.model import Finding
+from sweeper.findings.scaling import tail_levels
 from sweeper.i18n import N_
 from sweeper.schema import StampCheck
+from sweeper.units import finite
 
 # ---------------------------------------------------------------------------------------------
 # 5. The cause of the tail
 
 
-def tail_cause(data: RunData, th: Thresholds) -> Finding:
+def tail_cause(data: RunFrames, th: Thresholds) -> Finding:
     all_opened = tail_levels(data, th)
     # Levels whose tail the recorder's own lag can account for are set aside; the server-side
     # cause is read from the rest. Only when none is left is the recorder the cause.
     client_levels = [c for c in all_opened if _client_explains(data, c, th)]
     client_preempt = _sum_server(data, client_levels, "preemptions_delta")
-    if _finite(client_preempt) and client_preempt > 0:
+    if finite(client_preempt) and client_preempt > 0:
         client_levels = []  # the server's preemption counter is harder evidence than the lag
     opened = [c for c in all_opened if c not in client_levels]
     cfg = "server.config."
@@ -65,23 +54,23 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         "cause": "unknown",
         "levels": opened,
         "client_levels": client_levels,
-        "preemptions_delta": _num(preempt, 0),
-        "waiting_max": _num(waiting, 1),
-        "running_max": _num(running, 1),
-        "kv_usage_max": _num(kv),
+        "preemptions_delta": num(preempt, 0),
+        "waiting_max": num(waiting, 1),
+        "running_max": num(running, 1),
+        "kv_usage_max": num(kv),
         "max_num_seqs": max_seqs,
         "chunked_prefill": chunked,
         "max_num_batched_tokens": budget,
-        "synchronized_gap_share": _num(sync),
-        "prefill_overlap_share": _num(overlap),
-        "prefill_overlap_share_normal_gaps": _num(overlap_normal),
+        "synchronized_gap_share": num(sync),
+        "prefill_overlap_share": num(overlap),
+        "prefill_overlap_share_normal_gaps": num(overlap_normal),
         "stalls": int(sum(s.stalls for s in sigs)) if sigs else None,
-        "client_lag_p99_ms": _num(lag, 3),
+        "client_lag_p99_ms": num(lag, 3),
     }
     uses = _cause_data(data, chunked, bool(sigs))
     missing = _cause_missing(data, preempt, chunked, bool(sigs) or not opened)
 
-    def done(cause: str, severity: str, text: _Text) -> Finding:
+    def done(cause: str, severity: str, text: Text) -> Finding:
         numbers["cause"] = cause
         if client_levels and cause != "client_overload":
             text.add(
@@ -89,7 +78,7 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
                     "The tail at {where} is left out: the recorder's own event-loop lag there can "
                     "account for it."
                 ),
-                where=_Levels(client_levels),
+                where=Levels(client_levels),
             )
         return Finding(
             id="tail_cause",
@@ -101,8 +90,8 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
             missing=missing,
         )
 
-    if _itl(data) is None:
-        text = _Text().add(
+    if itl_percentiles(data) is None:
+        text = Text().add(
             N_("The cause of an ITL tail cannot be told: there are no per-token timestamps.")
         )
         numbers["cause"] = "unknown"
@@ -118,48 +107,48 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         return done(
             "client_overload",
             "warning",
-            _Text().add(
+            Text().add(
                 N_(
                     "The tail at {where} comes from the recorder itself: its event loop was {lag} late at p99, enough to "
                     "delay the chunks it timestamps. Record again with more --workers or on a less loaded machine."
                 ),
-                where=_Levels(client_levels),
-                lag=_Ms(lag),
+                where=Levels(client_levels),
+                lag=Ms(lag),
             ),
         )
     if not opened:
         all_preempt = _sum_server(data, data.concurrencies, "preemptions_delta")
-        if _finite(all_preempt) and all_preempt > 0:
+        if finite(all_preempt) and all_preempt > 0:
             # No tail, but the server did preempt: worth saying, it is where the tail will come from.
-            numbers["preemptions_delta"] = _num(all_preempt, 0)
+            numbers["preemptions_delta"] = num(all_preempt, 0)
             return done(
                 "preemption",
                 "notice",
-                _Text().add(
+                Text().add(
                     N_(
                         "No ITL tail opened, but the server preempted {n} requests "
                         "(vllm:num_preemptions_total): the KV cache is short for this load."
                     ),
-                    n=_Num(all_preempt, 0),
+                    n=Num(all_preempt, 0),
                 ),
             )
         return done(
-            "none", "info", _Text().add(N_("No ITL tail opened, so there is no tail to explain."))
+            "none", "info", Text().add(N_("No ITL tail opened, so there is no tail to explain."))
         )
-    where = _Levels(opened)
-    if _finite(preempt) and preempt > 0:
-        text = _Text().add(
+    where = Levels(opened)
+    if finite(preempt) and preempt > 0:
+        text = Text().add(
             N_(
                 "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total)."
             ),
-            n=_Num(preempt, 0),
+            n=Num(preempt, 0),
             where=where,
         )
-        if _finite(waiting) and _finite(kv):
+        if finite(waiting) and finite(kv):
             text.add(
                 N_("The waiting queue reached {w} and the KV cache was {kv} full."),
-                w=_Num(waiting, 0),
-                kv=_Pct(kv),
+                w=Num(waiting, 0),
+                kv=Pct(kv),
             )
         text.add(
             N_(
@@ -169,25 +158,25 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
         return done("preemption", "warning", text)
     chunked_on = chunked is True or (isinstance(chunked, str) and chunked.lower() == "true")
     if chunked_on or strong:
-        text = _Text()
-        if _finite(preempt) and _finite(waiting):
+        text = Text()
+        if finite(preempt) and finite(waiting):
             text.add(
                 N_(
                     "This is not preemption: the server counted 0 preemptions during {where}, and the waiting "
                     "queue held at most {w} requests."
                 ),
                 where=where,
-                w=_Num(waiting, 0),
+                w=Num(waiting, 0),
             )
-        elif _finite(preempt):
+        elif finite(preempt):
             text.add(
                 N_("This is not preemption: the server counted 0 preemptions during {where}."),
                 where=where,
             )
         if chunked_on:
             budget_words = (
-                _Msg(N_(" with a budget of {n} tokens per step"), {"n": _Num(float(budget), 0)})
-                if _finite(budget)
+                Msg(N_(" with a budget of {n} tokens per step"), {"n": Num(float(budget), 0)})
+                if finite(budget)
                 else ""
             )
             text.add(
@@ -212,11 +201,11 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
                     "streams at once, and {overlap} of them fall inside another request's prefill (against "
                     "{normal} of ordinary gaps)."
                 ),
-                sync=_Pct(sync, 0),
-                n=_Num(numbers["stalls"], 0),
-                k=_times(th.long_gap_factor),
-                overlap=_Pct(overlap, 0),
-                normal=_Pct(overlap_normal, 0) if _finite(overlap_normal) else "?",
+                sync=Pct(sync, 0),
+                n=Num(numbers["stalls"], 0),
+                k=times(th.long_gap_factor),
+                overlap=Pct(overlap, 0),
+                normal=Pct(overlap_normal, 0) if finite(overlap_normal) else "?",
             )
             if chunked_on and not strong:
                 # The setting says chunked prefill, the timing only partly agrees: say so.
@@ -226,63 +215,63 @@ def tail_cause(data: RunData, th: Thresholds) -> Finding:
                         "shared across streams or fall in a prefill, so part of the tail may have "
                         "another cause."
                     ),
-                    share=_Pct(th.sync_signature_share, 0),
+                    share=Pct(th.sync_signature_share, 0),
                 )
-        itl = _itl(data)
+        itl = itl_percentiles(data)
         top = data.concurrencies[-1]
         p90_top = itl[1][-1] if itl else math.nan
         p50_top = itl[0][-1] if itl else math.nan
-        if _finite(p90_top) and _finite(p50_top) and p90_top >= th.long_gap_factor * p50_top:
+        if finite(p90_top) and finite(p50_top) and p90_top >= th.long_gap_factor * p50_top:
             text.add(
                 N_(
                     "At C={c} even p90 ITL is {p90}: more than one gap in ten waits on another request's prefill."
                 ),
                 c=top,
-                p90=_Ms(p90_top),
+                p90=Ms(p90_top),
             )
         return done("chunked_prefill", "warning", text)
-    if _finite(kv) and kv >= th.kv_full_fraction and _finite(waiting) and waiting > 0:
+    if finite(kv) and kv >= th.kv_full_fraction and finite(waiting) and waiting > 0:
         return done(
             "kv_admission",
             "warning",
-            _Text().add(
+            Text().add(
                 N_(
                     "The KV cache is full: usage reached {kv} with {w} requests waiting and no preemption, so new "
                     "requests are admitted only as others finish and free their KV blocks."
                 ),
-                kv=_Pct(kv),
-                w=_Num(waiting, 0),
+                kv=Pct(kv),
+                w=Num(waiting, 0),
             ),
         )
     if (
-        _finite(max_seqs)
-        and _finite(running)
+        finite(max_seqs)
+        and finite(running)
         and running >= float(max_seqs)
-        and _finite(waiting)
+        and finite(waiting)
         and waiting > 0
     ):
         return done(
             "max_num_seqs",
             "warning",
-            _Text().add(
+            Text().add(
                 N_(
                     "The scheduler's cap is reached: {r} requests running = max_num_seqs {m}, with {w} waiting; new "
                     "requests start only as others finish."
                 ),
-                r=_Num(running, 0),
-                m=_Num(float(max_seqs), 0),
-                w=_Num(waiting, 0),
+                r=Num(running, 0),
+                m=Num(float(max_seqs), 0),
+                w=Num(waiting, 0),
             ),
         )
-    text = _Text().add(
+    text = Text().add(
         N_("The cause of the tail at {where} cannot be told from this data: missing {missing}."),
         where=where,
-        missing=_Missing(missing),
+        missing=Missing(missing),
     )
     return done("unknown", "unknown", text)
 
 
-def _cause_data(data: RunData, chunked: Any, has_signature: bool) -> list[str]:
+def _cause_data(data: RunFrames, chunked: Any, has_signature: bool) -> list[str]:
     """What the tail-cause finding rests on, for its ``data`` list."""
     uses = ["ITL percentiles per level"]
     server = data.server
@@ -298,10 +287,10 @@ def _cause_data(data: RunData, chunked: Any, has_signature: bool) -> list[str]:
     return uses
 
 
-def _cause_missing(data: RunData, preempt: float, chunked: Any, timing_known: bool) -> list[str]:
+def _cause_missing(data: RunFrames, preempt: float, chunked: Any, timing_known: bool) -> list[str]:
     """What would tell the cause and is not there (messages, translated in the text)."""
     missing: list[str] = []
-    if not _finite(preempt):
+    if not finite(preempt):
         missing.append(N_("the preemption counter (scrape /metrics: vllm:num_preemptions_total)"))
     if chunked is None:
         missing.append(
@@ -319,18 +308,18 @@ def _cause_missing(data: RunData, preempt: float, chunked: Any, timing_known: bo
     return missing
 
 
-def _sum_server(data: RunData, levels: Sequence[int], name: str) -> float:
+def _sum_server(data: RunFrames, levels: Sequence[int], name: str) -> float:
     vals = [data.server_value(c, name) for c in levels]
-    vals = [v for v in vals if _finite(v)]
+    vals = [v for v in vals if finite(v)]
     return float(sum(vals)) if vals else math.nan
 
 
-def _max_server(data: RunData, levels: Sequence[int], name: str) -> float:
-    vals = [v for c in levels if _finite(v := data.server_value(c, name))]
+def _max_server(data: RunFrames, levels: Sequence[int], name: str) -> float:
+    vals = [v for c in levels if finite(v := data.server_value(c, name))]
     return float(max(vals)) if vals else math.nan
 
 
-def _kernel_checks(data: RunData) -> dict[int, StampCheck]:
+def _kernel_checks(data: RunFrames) -> dict[int, StampCheck]:
     """The levels whose chunk times are the kernel's receive times, with their stamp check."""
     return {c.concurrency: c for c in data.manifest.client.stamp_checks if c.source == "kernel"}
 
@@ -339,12 +328,12 @@ def _merged_share(check: StampCheck) -> float:
     return check.merged_chunks / check.chunks if check.chunks else 0.0
 
 
-def _loop_lags(data: RunData) -> dict[int, float]:
+def _loop_lags(data: RunFrames) -> dict[int, float]:
     """Each level's event-loop lag, p99 ms, as the recorder measured it."""
     return {lag.concurrency: lag.p99_ms for lag in data.manifest.client.loop_lag}
 
 
-def _lag_by_level(data: RunData, th: Thresholds) -> dict[int, float]:
+def _lag_by_level(data: RunFrames, th: Thresholds) -> dict[int, float]:
     """How far the recorder may have moved each level's chunk times (ms, p99). Stamped when read,
     that is its event-loop lag. With kernel receive times a late loop moves only the chunks that
     shared a read with the next one: none that matter (0) while they stay under
@@ -356,13 +345,13 @@ def _lag_by_level(data: RunData, th: Thresholds) -> dict[int, float]:
     return lags
 
 
-def _max_lag(data: RunData, levels: Sequence[int], th: Thresholds) -> float:
+def _max_lag(data: RunFrames, levels: Sequence[int], th: Thresholds) -> float:
     lags = _lag_by_level(data, th)
     vals = [lags[c] for c in levels if c in lags]
     return float(max(vals)) if vals else math.nan
 
 
-def _client_distorted(data: RunData, concurrency: int, th: Thresholds) -> bool:
+def _client_distorted(data: RunFrames, concurrency: int, th: Thresholds) -> bool:
     """The recorder's own timing may have moved this level's ITL: by the rules its self-check
     warned with while recording (:meth:`Thresholds.stamps_distorted`,
     :meth:`Thresholds.loop_lag_distorts`)."""
@@ -373,7 +362,7 @@ def _client_distorted(data: RunData, concurrency: int, th: Thresholds) -> bool:
     return lag is not None and th.loop_lag_distorts(lag, data.value(concurrency, "itl_ms_p50"))
 
 
-def _client_explains(data: RunData, concurrency: int, th: Thresholds) -> bool:
+def _client_explains(data: RunFrames, concurrency: int, th: Thresholds) -> bool:
     """The recorder distorted ITL at this level and by enough to account for its tail (at
     least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag cannot make a 100 ms
     stall."""
@@ -381,12 +370,12 @@ def _client_explains(data: RunData, concurrency: int, th: Thresholds) -> bool:
     excess = data.value(concurrency, "itl_ms_p99") - data.value(concurrency, "itl_ms_p50")
     return (
         _client_distorted(data, concurrency, th)
-        and _finite(excess)
+        and finite(excess)
         and lag >= th.client_lag_tail_fraction * excess
     )
 
 
-def _signature(data: RunData, concurrency: int, th: Thresholds) -> StallSignature | None:
+def _signature(data: RunFrames, concurrency: int, th: Thresholds) -> StallSignature | None:
     if data.requests is None or data.gaps is None or data.gaps.empty:
         return None
     return stall_signature(concurrency, data.requests, data.gaps, th)
@@ -394,7 +383,7 @@ def _signature(data: RunData, concurrency: int, th: Thresholds) -> StallSignatur
 
 def _weighted(sigs: Sequence[StallSignature], attr: str) -> float:
     pairs = [
-        (getattr(s, attr), s.stalls) for s in sigs if _finite(getattr(s, attr)) and s.stalls > 0
+        (getattr(s, attr), s.stalls) for s in sigs if finite(getattr(s, attr)) and s.stalls > 0
     ]
     total = sum(w for _, w in pairs)
     return float(sum(v * w for v, w in pairs) / total) if total else math.nan
@@ -404,7 +393,7 @@ def _weighted(sigs: Sequence[StallSignature], attr: str) -> float:
 # 11. Client health
 
 
-def client_health(data: RunData, th: Thresholds) -> Finding:
+def client_health(data: RunFrames, th: Thresholds) -> Finding:
     lags = _lag_by_level(data, th)
     kernel = _kernel_checks(data)
     uses = [
@@ -413,29 +402,29 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
     ]
     if not lags:
         tool = data.manifest.source.tool
-        text = _Text().add(
+        text = Text().add(
             N_(
                 "Whether the client distorted the timings cannot be checked: the trace set ({tool}) has no "
                 "measurement of the recorder's own event-loop lag."
             ),
             tool=tool,
         )
-        return _unknown("client_health", text, ["manifest.client.loop_lag"], uses)
+        return unknown("client_health", text, ["manifest.client.loop_lag"], uses)
     bad = [c for c in data.concurrencies if c in lags and _client_distorted(data, c, th)]
     loop_lags = _loop_lags(data)
     worst_c = max(loop_lags or lags, key=lambda k: (loop_lags or lags)[k])
     numbers: dict[str, Any] = {
-        "lag_p99_ms": {str(c): _num(v, 3) for c, v in sorted(loop_lags.items())},
+        "lag_p99_ms": {str(c): num(v, 3) for c, v in sorted(loop_lags.items())},
         "distorted_levels": bad,
-        "worst_lag_p99_ms": _num((loop_lags or lags)[worst_c], 3),
+        "worst_lag_p99_ms": num((loop_lags or lags)[worst_c], 3),
         "worst_at": worst_c,
         "stamps": "kernel" if kernel and set(kernel) >= set(lags) else "read",
-        "merged_share": {str(c): _num(_merged_share(k)) for c, k in sorted(kernel.items())},
+        "merged_share": {str(c): num(_merged_share(k)) for c, k in sorted(kernel.items())},
         "read_delay_p99_ms": {
-            str(c): _num(k.read_delay_p99_ms, 3) for c, k in sorted(kernel.items())
+            str(c): num(k.read_delay_p99_ms, 3) for c, k in sorted(kernel.items())
         },
     }
-    text = _Text()
+    text = Text()
     kernel_bad = [c for c in bad if c in kernel]
     loop_bad = [c for c in bad if c not in kernel]
     if kernel_bad:
@@ -446,9 +435,9 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
                 "later chunk's time, so ITL percentiles there may be off by up to that much. Record with more "
                 "--workers or on a less loaded machine."
             ),
-            where=_Levels(kernel_bad),
-            share=_Pct(max(_merged_share(kernel[c]) for c in kernel_bad)),
-            lag=_Ms(max(lags[c] for c in kernel_bad)),
+            where=Levels(kernel_bad),
+            share=Pct(max(_merged_share(kernel[c]) for c in kernel_bad)),
+            lag=Ms(max(lags[c] for c in kernel_bad)),
         )
     if loop_bad:
         text.add(
@@ -457,8 +446,8 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
                 "it measures; ITL percentiles there are inflated. Record with more --workers or on a less loaded "
                 "machine."
             ),
-            where=_Levels(loop_bad),
-            lag=_Ms(max(lags[c] for c in loop_bad)),
+            where=Levels(loop_bad),
+            lag=Ms(max(lags[c] for c in loop_bad)),
         )
     if bad:
         return Finding(
@@ -479,9 +468,9 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
                 "chunk of their stream and so carry its time, and reads waited at most {delay} at p99: too few or "
                 "too short to move the ITL percentiles."
             ),
-            share=_Pct(_merged_share(kernel[worst_k]), 2),
+            share=Pct(_merged_share(kernel[worst_k]), 2),
             c=worst_k,
-            delay=_Ms(max(delays, default=0.0)),
+            delay=Ms(max(delays, default=0.0)),
         )
         return Finding(
             id="client_health", severity="info", numbers=numbers, text=text.render(), data=uses
@@ -494,7 +483,7 @@ def client_health(data: RunData, th: Thresholds) -> Finding:
             "The recorder kept up: its event-loop lag stayed at or under {lag} at p99 (worst at C={c}), small against "
             "the gaps it measured."
         ),
-        lag=_Ms(read_lags[worst_read]),
+        lag=Ms(read_lags[worst_read]),
         c=worst_read,
     )
     return Finding(

@@ -10,28 +10,25 @@ from typing import Any
 import numpy as np
 
 from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, Thresholds
-from sweeper.findings import (
-    _V,
-    SLO,
-    Finding,
-    RunData,
-    _base,
-    _finite,
-    _Ms,
-    _Msg,
-    _Num,
-    _num,
-    _Pct,
-    _per_level,
-    _slo_words,
-    _Text,
-    _times,
-    _tok_s,
-    _unknown,
-    parse_slos,
+from sweeper.findings._words import (
+    Ms,
+    Msg,
+    Num,
+    Pct,
+    Text,
+    Value,
+    num,
+    per_level,
+    signed_pct,
+    slo_words,
+    times,
+    tok_s,
+    unknown,
 )
-from sweeper.findings.scaling import _signed_pct
+from sweeper.findings.frames import RunFrames, single_stream
+from sweeper.findings.model import SLO, Finding, parse_slos
 from sweeper.i18n import N_
+from sweeper.units import finite
 
 # ---------------------------------------------------------------------------------------------
 # 8. Recommended operating point, 9. SLO table
@@ -44,7 +41,7 @@ def default_recommend_slos(th: Thresholds) -> list[SLO]:
     ]
 
 
-def _usable_slos(data: RunData, slos: Sequence[SLO]) -> tuple[list[SLO], list[SLO]]:
+def _usable_slos(data: RunFrames, slos: Sequence[SLO]) -> tuple[list[SLO], list[SLO]]:
     """Terms whose column exists (ITL terms vanish on per-request data), and the rest."""
     ok: list[SLO] = []
     dropped: list[SLO] = []
@@ -53,32 +50,32 @@ def _usable_slos(data: RunData, slos: Sequence[SLO]) -> tuple[list[SLO], list[SL
     return ok, dropped
 
 
-def choose_level(data: RunData, slos: Sequence[SLO]) -> int | None:
+def choose_level(data: RunFrames, slos: Sequence[SLO]) -> int | None:
     """The highest-throughput level meeting every term."""
     best, best_t = None, -math.inf
     for _, row in data.levels.iterrows():
         t = row.get("output_throughput_tok_s")
-        if not _finite(t) or not all(s.met(row) for s in slos):
+        if not finite(t) or not all(s.met(row) for s in slos):
             continue
         if float(t) > best_t:
             best, best_t = int(row["concurrency"]), float(t)
     return best
 
 
-def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Finding:
+def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> Finding:
     given = list(slos) if slos else default_recommend_slos(th)
     use, dropped = _usable_slos(data, given)
     uses = ["throughput and latency percentiles per level (client)"]
-    base = _base(data)
+    base = single_stream(data)
     if base is None or not use:
-        text = _Text().add(
+        text = Text().add(
             N_(
                 "No operating point can be recommended: it needs throughput and the latencies of the "
                 "service level ({slo})."
             ),
-            slo=_slo_words(given),
+            slo=slo_words(given),
         )
-        return _unknown(
+        return unknown(
             "recommended",
             text,
             [f"level_frame.{s.column}" for s in dropped] or ["throughput"],
@@ -92,9 +89,9 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
     }
     if c is None:
         low = data.concurrencies[0]
-        text = _Text().add(
+        text = Text().add(
             N_("No level meets {slo}: even C={c} has p99 TTFT {ttft} and p50 ITL {itl}."),
-            slo=_slo_words(use),
+            slo=slo_words(use),
             c=low,
             ttft=_ms_or_q(data.value(low, "ttft_ms_p99")),
             itl=_ms_or_q(data.value(low, "itl_ms_p50")),
@@ -115,18 +112,18 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
     numbers.update(
         {
             "concurrency": c,
-            "throughput_tok_s": _num(tput, 2),
-            "speedup": _num(speedup, 3),
-            "ttft_p50_ms": _num(v("ttft_ms_p50"), 2),
-            "ttft_p99_ms": _num(v("ttft_ms_p99"), 2),
-            "itl_p50_ms": _num(v("itl_ms_p50"), 3),
-            "itl_p99_ms": _num(v("itl_ms_p99"), 3),
-            "tpot_p50_ms": _num(v("tpot_ms_p50"), 3),
-            "e2el_p50_ms": _num(v("e2el_ms_p50"), 1),
+            "throughput_tok_s": num(tput, 2),
+            "speedup": num(speedup, 3),
+            "ttft_p50_ms": num(v("ttft_ms_p50"), 2),
+            "ttft_p99_ms": num(v("ttft_ms_p99"), 2),
+            "itl_p50_ms": num(v("itl_ms_p50"), 3),
+            "itl_p99_ms": num(v("itl_ms_p99"), 3),
+            "tpot_p50_ms": num(v("tpot_ms_p50"), 3),
+            "e2el_p50_ms": num(v("e2el_ms_p50"), 1),
         }
     )
-    text = _Text()
-    if _finite(v("itl_ms_p50")) and _finite(itl1) and v("itl_ms_p50") < itl1 * 1.005:
+    text = Text()
+    if finite(v("itl_ms_p50")) and finite(itl1) and v("itl_ms_p50") < itl1 * 1.005:
         # Not slower than one stream (to the percent shown): "-3% slower" would read wrong.
         text.add(
             N_(
@@ -134,30 +131,30 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
                 "than a single stream) and p99 TTFT {ttft}."
             ),
             c=c,
-            tput=_tok_s(tput),
-            speedup=_times(speedup),
-            itl=_Ms(v("itl_ms_p50")),
+            tput=tok_s(tput),
+            speedup=times(speedup),
+            itl=Ms(v("itl_ms_p50")),
             ttft=_ms_or_q(v("ttft_ms_p99")),
         )
-    elif _finite(v("itl_ms_p50")) and _finite(itl1):
+    elif finite(v("itl_ms_p50")) and finite(itl1):
         text.add(
             N_(
                 "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "
                 "a single stream) and p99 TTFT {ttft}."
             ),
             c=c,
-            tput=_tok_s(tput),
-            speedup=_times(speedup),
-            itl=_Ms(v("itl_ms_p50")),
-            slower=_Pct(v("itl_ms_p50") / itl1 - 1, 0),
+            tput=tok_s(tput),
+            speedup=times(speedup),
+            itl=Ms(v("itl_ms_p50")),
+            slower=Pct(v("itl_ms_p50") / itl1 - 1, 0),
             ttft=_ms_or_q(v("ttft_ms_p99")),
         )
     else:
         text.add(
             N_("Run at C={c}: {tput} tok/s, {speedup} a single stream, with p99 TTFT {ttft}."),
             c=c,
-            tput=_tok_s(tput),
-            speedup=_times(speedup),
+            tput=tok_s(tput),
+            speedup=times(speedup),
             ttft=_ms_or_q(v("ttft_ms_p99")),
         )
     cs = data.concurrencies
@@ -169,13 +166,13 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
         breaks = [s.label for s in use if not s.met(data.levels.iloc[i + 1])]
         numbers["next"] = {
             "concurrency": n,
-            "throughput_gain": _num(gain),
-            "ttft_p99_ms": _num(t1, 2),
-            "ttft_p99_ratio": _num(t1 / t0 if _finite(t0) and t0 > 0 else math.nan, 3),
-            "itl_p50_ms": _num(v("itl_ms_p50", n), 3),
+            "throughput_gain": num(gain),
+            "ttft_p99_ms": num(t1, 2),
+            "ttft_p99_ratio": num(t1 / t0 if finite(t0) and t0 > 0 else math.nan, 3),
+            "itl_p50_ms": num(v("itl_ms_p50", n), 3),
             "breaks": breaks,
         }
-        if _finite(t0) and _finite(t1) and t0 > 0:
+        if finite(t0) and finite(t1) and t0 > 0:
             ratio = t1 / t0
             lo, hi = th.ttft_doubling_band
             if lo <= ratio <= hi:
@@ -184,8 +181,8 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
                         "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT doubling to {t1}."
                     ),
                     n=n,
-                    gain=_Pct(gain, 0),
-                    t1=_Ms(t1),
+                    gain=Pct(gain, 0),
+                    t1=Ms(t1),
                 )
             else:
                 text.add(
@@ -194,9 +191,9 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
                         "({ratio})."
                     ),
                     n=n,
-                    gain=_Pct(gain, 0),
-                    t1=_Ms(t1),
-                    ratio=_times(ratio),
+                    gain=Pct(gain, 0),
+                    t1=Ms(t1),
+                    ratio=times(ratio),
                 )
     else:
         text.add(
@@ -207,10 +204,10 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
             c=c,
         )
     if slos:
-        text.add(N_("Service level: {slo}."), slo=_slo_words(use))
+        text.add(N_("Service level: {slo}."), slo=slo_words(use))
     else:
         text.add(
-            N_("Service level: {slo} (the default; give --slo for your own)."), slo=_slo_words(use)
+            N_("Service level: {slo} (the default; give --slo for your own)."), slo=slo_words(use)
         )
     return Finding(
         id="recommended",
@@ -224,10 +221,10 @@ def recommended(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
 
 
 def _ms_or_q(ms: float) -> Any:
-    return _Ms(ms) if _finite(ms) else "?"
+    return Ms(ms) if finite(ms) else "?"
 
 
-def slo_table(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Finding:
+def slo_table(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> Finding:
     uses = ["throughput and latency percentiles per level (client)"]
     sets: list[tuple[list[SLO], str]] = [
         (parse_slos(term), "default") for term in DEFAULT_SLO_TABLE
@@ -238,7 +235,7 @@ def slo_table(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Find
         data, _usable_slos(data, list(slos) if slos else default_recommend_slos(th))[0]
     )
     rows: list[dict[str, Any]] = []
-    text = _Text()
+    text = Text()
     for terms, origin in sets:
         use, dropped = _usable_slos(data, terms)
         if dropped:
@@ -261,24 +258,24 @@ def slo_table(data: RunData, th: Thresholds, slos: Sequence[SLO] | None) -> Find
             "source": origin,
             "concurrency": c,
             "recommended": c is not None and c == rec,
-            "throughput_tok_s": _num(data.value(c, "output_throughput_tok_s"), 2) if c else None,
-            "ttft_p99_ms": _num(data.value(c, "ttft_ms_p99"), 2) if c else None,
-            "itl_p50_ms": _num(data.value(c, "itl_ms_p50"), 3) if c else None,
+            "throughput_tok_s": num(data.value(c, "output_throughput_tok_s"), 2) if c else None,
+            "ttft_p99_ms": num(data.value(c, "ttft_ms_p99"), 2) if c else None,
+            "itl_p50_ms": num(data.value(c, "itl_ms_p50"), 3) if c else None,
             "no_data": False,
         }
         rows.append(row)
         if c is None:
-            text.add(N_("{slo}: no level meets it."), slo=_slo_words(terms))
+            text.add(N_("{slo}: no level meets it."), slo=slo_words(terms))
         else:
             text.add(
                 N_("{slo}: C={c}, {tput} tok/s."),
-                slo=_slo_words(terms),
+                slo=slo_words(terms),
                 c=c,
-                tput=_tok_s(data.value(c, "output_throughput_tok_s")),
+                tput=tok_s(data.value(c, "output_throughput_tok_s")),
             )
     answered = [r for r in rows if not r["no_data"]]
     if not answered:
-        text = _Text().add(
+        text = Text().add(
             N_("No service level can be checked: the latency percentiles are missing.")
         )
         return Finding(
@@ -309,7 +306,7 @@ def slo_label_of(terms: Sequence[SLO]) -> str:
 # 10. Long inputs: why per-request speed drops
 
 
-def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> Finding:
+def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -> Finding:
     """Why per-request speed drops; ``tail_cause`` (the tail_cause finding's cause) names the
     long stalls inside decoding."""
     uses = ["per-request generation speed and E2EL split per level (client)"]
@@ -317,19 +314,19 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
     per_gpu = data.col("output_throughput_per_gpu_tok_s")
     cs = data.concurrencies
     if gen is None or len(cs) < 2:
-        text = _Text().add(
+        text = Text().add(
             N_(
                 "Per-request speed across levels cannot be compared: it needs per-request times at two "
                 "or more levels."
             )
         )
-        return _unknown(
+        return unknown(
             "long_input", text, ["per-request TTFT and E2EL at two or more levels"], uses
         )
     base_c = cs[0]
     g0 = float(gen.iloc[0])
     # The level to explain: the largest drop in per-request speed.
-    drops = [(g0 - float(g)) / g0 if _finite(g) and g0 > 0 else -math.inf for g in gen]
+    drops = [(g0 - float(g)) / g0 if finite(g) and g0 > 0 else -math.inf for g in gen]
     i = int(np.argmax(drops))
     if i == 0:
         i = len(cs) - 1
@@ -342,42 +339,42 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
     if server_used:
         uses.append("server queue / prefill / decode histograms")
     numbers: dict[str, Any] = {
-        "gen_tok_s": _per_level(data, gen, 3),
-        "per_gpu_tok_s": _per_level(data, per_gpu, 3),
+        "gen_tok_s": per_level(data, gen, 3),
+        "per_gpu_tok_s": per_level(data, per_gpu, 3),
         "base_concurrency": base_c,
         "concurrency": c,
-        "speed_drop": _num(drops[i]),
-        "prompt_tokens_mean": _num(prompt, 1),
-        "long_input": bool(_finite(prompt) and prompt >= th.long_input_tokens),
-        "added_s": _num(parts.get("added_s"), 4),
-        "attribution": {k: _num(v, 4) for k, v in parts.items() if k != "added_s"},
+        "speed_drop": num(drops[i]),
+        "prompt_tokens_mean": num(prompt, 1),
+        "long_input": bool(finite(prompt) and prompt >= th.long_input_tokens),
+        "added_s": num(parts.get("added_s"), 4),
+        "attribution": {k: num(v, 4) for k, v in parts.items() if k != "added_s"},
         "attribution_source": "server" if server_used else "client",
     }
-    text = _Text()
+    text = Text()
     if per_gpu is not None:
         text.add(
             N_(
                 "Per-request generation speed (output tokens ÷ E2EL) falls from {g0} tok/s at C={c0} to {g1} "
                 "tok/s at C={c1} ({drop}), while throughput per GPU goes from {p0} to {p1} tok/s."
             ),
-            g0=_tok_s(g0),
+            g0=tok_s(g0),
             c0=base_c,
-            g1=_tok_s(g1),
+            g1=tok_s(g1),
             c1=c,
-            drop=_signed_pct(-drops[i]),
-            p0=_tok_s(float(per_gpu.iloc[0])),
-            p1=_tok_s(float(per_gpu.iloc[i])),
+            drop=signed_pct(-drops[i]),
+            p0=tok_s(float(per_gpu.iloc[0])),
+            p1=tok_s(float(per_gpu.iloc[i])),
         )
-    if _finite(prompt):
+    if finite(prompt):
         text.add(
             N_("Requests carry {p} prompt tokens on average for {o} output tokens."),
-            p=_Num(prompt, 0),
-            o=_Num(out_tokens, 0) if _finite(out_tokens) else "?",
+            p=Num(prompt, 0),
+            o=Num(out_tokens, 0) if finite(out_tokens) else "?",
         )
     added = parts.get("added_s", math.nan)
     shares = {k: v for k, v in parts.items() if k != "added_s"}
-    if _finite(added) and added > 0 and shares:
-        pos = {k: max(v, 0.0) for k, v in shares.items() if _finite(v)}
+    if finite(added) and added > 0 and shares:
+        pos = {k: max(v, 0.0) for k, v in shares.items() if finite(v)}
         total = sum(pos.values()) or 1.0
         names = {
             "queueing": N_("queueing"),
@@ -389,12 +386,12 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
             "decode_stalls": N_("long stalls in decoding"),
         }
         share_words = [
-            _Msg(N_("{share} {what}"), {"share": _Pct(v / total, 0), "what": _Msg(names[k])})
+            Msg(N_("{share} {what}"), {"share": Pct(v / total, 0), "what": Msg(names[k])})
             for k, v in sorted(pos.items(), key=lambda kv: -kv[1])
         ]
         text.add(
             N_("Each request takes {added} longer at C={c}: {parts}."),
-            added=_Ms(added * 1e3),
+            added=Ms(added * 1e3),
             c=c,
             parts=_Join(share_words),
         )
@@ -438,11 +435,11 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
         ga, gb = float(gen.iloc[-2]), float(gen.iloc[-1])
         ta, tb = float(per_gpu.iloc[-2]), float(per_gpu.iloc[-1])
         if (
-            _finite(ga)
-            and _finite(gb)
+            finite(ga)
+            and finite(gb)
             and ga > 0
             and abs(gb / ga - 1) < th.plateau_speed_change
-            and _finite(ta)
+            and finite(ta)
             and ta > 0
             and tb / ta - 1 > th.plateau_throughput_gain
         ):
@@ -453,9 +450,9 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
                 ),
                 a=cs[-2],
                 b=cs[-1],
-                ga=_tok_s(ga),
-                gb=_tok_s(gb),
-                gain=_Pct(tb / ta - 1, 0),
+                ga=tok_s(ga),
+                gb=tok_s(gb),
+                gain=Pct(tb / ta - 1, 0),
             )
     severity = "notice" if drops[i] >= th.speed_drop_notice else "info"
     return Finding(
@@ -469,10 +466,10 @@ def long_input(data: RunData, th: Thresholds, tail_cause: str | None = None) -> 
     )
 
 
-class _Join(_V):
+class _Join(Value):
     """A list of rendered parts joined with the language's list separator."""
 
-    def __init__(self, parts: Sequence[_V]) -> None:
+    def __init__(self, parts: Sequence[Value]) -> None:
         self.items = list(parts)
 
     def render(self, lang: str) -> str:
@@ -483,17 +480,17 @@ class _Join(_V):
 _STALL_KEY = {"chunked_prefill": "prefill_interference", "preemption": "preemption_stalls"}
 
 
-def _attribution(data: RunData, c0: int, c1: int, tail_cause: str | None) -> dict[str, Any]:
+def _attribution(data: RunFrames, c0: int, c1: int, tail_cause: str | None) -> dict[str, Any]:
     """Where the added time per request goes, between levels c0 and c1 (seconds): queueing and
     own prefill (server histograms) or the wait for the first token (client), slower decode
     steps (the median gap grew) and long stalls (the mean gap grew beyond the median), the
     stalls named after the tail's cause."""
     v = data.value
     e0, e1 = v(c0, "e2el_ms_mean"), v(c1, "e2el_ms_mean")
-    added = (e1 - e0) / 1e3 if _finite(e0) and _finite(e1) else math.nan
+    added = (e1 - e0) / 1e3 if finite(e0) and finite(e1) else math.nan
     out: dict[str, Any] = {"added_s": added, "_server": False}
     tokens = v(c1, "output_tokens_mean")
-    steps = tokens - 1 if _finite(tokens) else math.nan
+    steps = tokens - 1 if finite(tokens) else math.nan
     itl0, itl1 = v(c0, "itl_ms_p50"), v(c1, "itl_ms_p50")
     tp0, tp1 = v(c0, "tpot_ms_mean"), v(c1, "tpot_ms_mean")
     sq0, sq1 = (
@@ -504,16 +501,16 @@ def _attribution(data: RunData, c0: int, c1: int, tail_cause: str | None) -> dic
         data.server_value(c0, "prefill_time_mean_ms"),
         data.server_value(c1, "prefill_time_mean_ms"),
     )
-    if all(_finite(x) for x in (sq0, sq1, sp0, sp1)):
+    if all(finite(x) for x in (sq0, sq1, sp0, sp1)):
         out["_server"] = True
         out["queueing"] = (sq1 - sq0) / 1e3
         own_prefill = (sp1 - sp0) / 1e3
     else:
         t0, t1 = v(c0, "ttft_ms_mean"), v(c1, "ttft_ms_mean")
-        if _finite(t0) and _finite(t1):
+        if finite(t0) and finite(t1):
             out["waiting_for_first_token"] = (t1 - t0) / 1e3
         own_prefill = 0.0
-    if all(_finite(x) for x in (itl0, itl1, tp0, tp1, steps)):
+    if all(finite(x) for x in (itl0, itl1, tp0, tp1, steps)):
         slower_steps = (itl1 - itl0) * steps / 1e3
         stalls = ((tp1 - itl1) - (tp0 - itl0)) * steps / 1e3
         out["decode_slowdown"] = slower_steps
@@ -521,7 +518,7 @@ def _attribution(data: RunData, c0: int, c1: int, tail_cause: str | None) -> dic
         out[key] = stalls
         if own_prefill:
             out["prefill_interference"] = out.get("prefill_interference", 0.0) + own_prefill
-    elif all(_finite(x) for x in (tp0, tp1, steps)):
+    elif all(finite(x) for x in (tp0, tp1, steps)):
         out["decode_total"] = (tp1 - tp0) * steps / 1e3
         if own_prefill:
             out["prefill_interference"] = own_prefill

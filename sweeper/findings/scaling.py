@@ -11,31 +11,29 @@ from __future__ import annotations
 import math
 
 from sweeper.analysis.thresholds import Thresholds
-from sweeper.findings import (
-    _V,
-    GB,
-    Finding,
-    RunData,
-    _base,
-    _finite,
-    _Missing,
-    _Ms,
-    _Num,
-    _num,
-    _Pct,
-    _per_level,
-    _Text,
-    _times,
-    _tok_s,
-    _unknown,
+from sweeper.findings._words import (
+    Missing,
+    Ms,
+    Num,
+    Pct,
+    Text,
+    num,
+    per_level,
+    signed_pct,
+    times,
+    tok_s,
+    unknown,
 )
+from sweeper.findings.frames import RunFrames, itl_percentiles, request_lengths, single_stream
+from sweeper.findings.model import Finding
 from sweeper.i18n import N_
+from sweeper.units import GB, finite
 
 # ---------------------------------------------------------------------------------------------
 # 1. Single stream vs the memory-bandwidth roofline
 
 
-def roofline(data: RunData, th: Thresholds) -> Finding:
+def roofline(data: RunFrames, th: Thresholds) -> Finding:
     uses = [
         "C=1 output throughput (client)",
         "hardware.memory_bandwidth_gb_s",
@@ -47,39 +45,39 @@ def roofline(data: RunData, th: Thresholds) -> Finding:
     weight = data.fact("model.weight_bytes")
     kv = data.fact("model.kv_bytes_per_token")
     missing = []
-    if not _finite(bw):
+    if not finite(bw):
         missing.append(N_("the GPU's memory bandwidth (give --gpu)"))
-    if not _finite(weight):
+    if not finite(weight):
         missing.append(N_("the model's weight bytes (give --model or --model-config)"))
     if 1 not in data.concurrencies:
         missing.append(N_("a concurrency-1 level (the single stream)"))
     if missing:
-        text = _Text().add(
+        text = Text().add(
             N_(
                 "The single stream cannot be compared with the memory-bandwidth roofline: missing {missing}."
             ),
-            missing=_Missing(missing),
+            missing=Missing(missing),
         )
-        return _unknown("roofline", text, missing, uses)
+        return unknown("roofline", text, missing, uses)
     tp = data.fact("server.config.tensor_parallel_size")
-    tp = int(tp) if _finite(tp) and tp >= 1 else 1
+    tp = int(tp) if finite(tp) and tp >= 1 else 1
     total = data.fact("model.parameters")
     active = data.fact("model.active_parameters")
     weight_read = float(weight)
-    if _finite(active) and _finite(total) and total > 0:
+    if finite(active) and finite(total) and total > 0:
         weight_read *= float(active) / float(
             total
         )  # a mixture of experts reads only its active experts
-    inp, out = _lengths(data)
+    inp, out = request_lengths(data)
     context = (inp or 0.0) + th.context_output_fraction * (out or 0.0)
-    kv_read = context * float(kv) if _finite(kv) else 0.0
+    kv_read = context * float(kv) if finite(kv) else 0.0
     per_token = weight_read + kv_read
     ideal = tp * float(bw) * GB / per_token
     # The roofline bounds decoding: compare the single stream's decode speed (its TTFT left out,
     # which matters for long prompts), else its output throughput.
     throughput = data.value(1, "output_throughput_tok_s")
     decode = data.value(1, "decode_tok_s_mean")
-    measured = decode if _finite(decode) else throughput
+    measured = decode if finite(decode) else throughput
     ratio = measured / ideal
     sentence = (
         N_(
@@ -87,21 +85,21 @@ def roofline(data: RunData, th: Thresholds) -> Finding:
             "memory-bandwidth roofline of {ideal} tok/s ({bw} GB/s ÷ {gb} GB read per token: the weights "
             "plus the KV cache of a {ctx}-token context)."
         )
-        if _finite(decode)
+        if finite(decode)
         else N_(
             "A single stream makes {measured} tok/s, {ratio} of the memory-bandwidth roofline of {ideal} tok/s "
             "({bw} GB/s ÷ {gb} GB read per token: the weights plus the KV cache of a {ctx}-token context)."
         )
     )
-    text = _Text().add(
+    text = Text().add(
         sentence,
-        measured=_tok_s(measured),
-        tput=_tok_s(throughput),
-        ratio=_Pct(ratio),
-        ideal=_tok_s(ideal),
-        bw=_Num(tp * float(bw), 0),
-        gb=_Num(per_token / GB, 2),
-        ctx=_Num(context, 0),
+        measured=tok_s(measured),
+        tput=tok_s(throughput),
+        ratio=Pct(ratio),
+        ideal=tok_s(ideal),
+        bw=Num(tp * float(bw), 0),
+        gb=Num(per_token / GB, 2),
+        ctx=Num(context, 0),
     )
     if ratio >= th.roofline_close:
         text.add(
@@ -132,50 +130,38 @@ def roofline(data: RunData, th: Thresholds) -> Finding:
         severity=severity,
         levels=[1],
         numbers={
-            "ideal_tok_s": _num(ideal, 2),
-            "measured_tok_s": _num(measured, 2),
-            "throughput_tok_s": _num(throughput, 2),
-            "ratio": _num(ratio),
-            "decode_tok_s": _num(decode, 2),
-            "bandwidth_gb_s": _num(tp * float(bw), 1),
-            "bytes_per_token": _num(per_token, 0),
-            "weight_bytes_read": _num(weight_read, 0),
-            "context_tokens": _num(context, 1),
+            "ideal_tok_s": num(ideal, 2),
+            "measured_tok_s": num(measured, 2),
+            "throughput_tok_s": num(throughput, 2),
+            "ratio": num(ratio),
+            "decode_tok_s": num(decode, 2),
+            "bandwidth_gb_s": num(tp * float(bw), 1),
+            "bytes_per_token": num(per_token, 0),
+            "weight_bytes_read": num(weight_read, 0),
+            "context_tokens": num(context, 1),
             "tensor_parallel": tp,
         },
         text=text.render(),
         data=uses,
         missing=[]
-        if _finite(kv)
+        if finite(kv)
         else ["model.kv_bytes_per_token (the KV read per step is left out)"],
     )
-
-
-def _lengths(data: RunData) -> tuple[float | None, float | None]:
-    """Input and output tokens per request: as asked (workload), else as measured."""
-    wl = data.manifest.workload
-    inp: float | None = float(wl.input_len) if wl.input_len else None
-    out: float | None = float(wl.output_len) if wl.output_len else None
-    if inp is None and (col := data.col("prompt_tokens_mean")) is not None:
-        inp = float(col.max())
-    if out is None and (col := data.col("output_tokens_mean")) is not None:
-        out = float(col.max())
-    return inp, out
 
 
 # ---------------------------------------------------------------------------------------------
 # 2. Scaling efficiency
 
 
-def scaling(data: RunData, th: Thresholds) -> Finding:
+def scaling(data: RunFrames, th: Thresholds) -> Finding:
     uses = ["output throughput per level (client)"]
-    base = _base(data)
+    base = single_stream(data)
     tput = data.col("output_throughput_tok_s")
     if base is None or tput is None or len(data.concurrencies) < 2:
-        text = _Text().add(
+        text = Text().add(
             N_("Scaling cannot be measured: it needs the output throughput of two or more levels.")
         )
-        return _unknown("scaling", text, ["output throughput at two or more levels"], uses)
+        return unknown("scaling", text, ["output throughput at two or more levels"], uses)
     eff = [float(t) / (c * base.tok_s) for c, t in zip(data.concurrencies, tput, strict=True)]
     top = data.concurrencies[-1]
     speedup = float(tput.iloc[-1]) / base.tok_s
@@ -183,25 +169,25 @@ def scaling(data: RunData, th: Thresholds) -> Finding:
         (
             c
             for c, e in zip(data.concurrencies, eff, strict=True)
-            if _finite(e) and e < th.scaling_efficiency_min
+            if finite(e) and e < th.scaling_efficiency_min
         ),
         None,
     )
-    text = _Text().add(
+    text = Text().add(
         N_(
             "Throughput reaches {tput} tok/s at C={top}: {speedup} a single stream for {top}× the concurrency, "
             "a scaling efficiency of {eff}."
         ),
-        tput=_tok_s(float(tput.iloc[-1])),
+        tput=tok_s(float(tput.iloc[-1])),
         top=top,
-        speedup=_times(speedup),
-        eff=_Pct(eff[-1]),
+        speedup=times(speedup),
+        eff=Pct(eff[-1]),
     )
     if below is not None:
         text.add(
             N_("Efficiency (throughput ÷ (C × {base} tok/s)) falls below {thr} from C={c}."),
-            base=_tok_s(base.tok_s),
-            thr=_Pct(th.scaling_efficiency_min, 0),
+            base=tok_s(base.tok_s),
+            thr=Pct(th.scaling_efficiency_min, 0),
             c=below,
         )
     else:
@@ -209,7 +195,7 @@ def scaling(data: RunData, th: Thresholds) -> Finding:
             N_(
                 "Efficiency stays at or above {thr} at every level: the sweep has not reached the limit."
             ),
-            thr=_Pct(th.scaling_efficiency_min, 0),
+            thr=Pct(th.scaling_efficiency_min, 0),
         )
     if base.concurrency != 1:
         text.add(
@@ -221,10 +207,10 @@ def scaling(data: RunData, th: Thresholds) -> Finding:
         severity="notice" if below is not None else "info",
         levels=[below] if below is not None else [],
         numbers={
-            "efficiency": _per_level(data, eff),
-            "speedup_max": _num(speedup, 3),
+            "efficiency": per_level(data, eff),
+            "speedup_max": num(speedup, 3),
             "top_concurrency": top,
-            "single_stream_tok_s": _num(base.tok_s, 3),
+            "single_stream_tok_s": num(base.tok_s, 3),
             "base_concurrency": base.concurrency,
             "below_threshold_at": below,
         },
@@ -237,23 +223,23 @@ def scaling(data: RunData, th: Thresholds) -> Finding:
 # 3. Marginal gain per slot: the knee
 
 
-def knee(data: RunData, th: Thresholds) -> Finding:
+def knee(data: RunFrames, th: Thresholds) -> Finding:
     uses = ["output throughput per level (client)"]
-    base = _base(data)
+    base = single_stream(data)
     tput = data.col("output_throughput_tok_s")
     cs = data.concurrencies
     if base is None or tput is None or len(cs) < 2:
-        text = _Text().add(
+        text = Text().add(
             N_("The knee cannot be located: it needs the output throughput of two or more levels.")
         )
-        return _unknown("knee", text, ["output throughput at two or more levels"], uses)
+        return unknown("knee", text, ["output throughput at two or more levels"], uses)
     t = [float(x) for x in tput]
     gains = [(t[i + 1] - t[i]) / (cs[i + 1] - cs[i]) for i in range(len(cs) - 1)]
     limit = th.knee_marginal_fraction * base.tok_s
-    at = next((i for i, g in enumerate(gains) if _finite(g) and g < limit), None)
-    marginal = {f"{cs[i]}-{cs[i + 1]}": _num(g, 3) for i, g in enumerate(gains)}
+    at = next((i for i, g in enumerate(gains) if finite(g) and g < limit), None)
+    marginal = {f"{cs[i]}-{cs[i + 1]}": num(g, 3) for i, g in enumerate(gains)}
     first_gain = (t[0] - 0.0) / cs[0]
-    text = _Text()
+    text = Text()
     if at is None:
         text.add(
             N_(
@@ -262,9 +248,9 @@ def knee(data: RunData, th: Thresholds) -> Finding:
                 "Sweep higher to find it."
             ),
             top=cs[-1],
-            frac=_Pct(th.knee_marginal_fraction, 0),
-            base=_tok_s(base.tok_s),
-            last=_tok_s(gains[-1]),
+            frac=Pct(th.knee_marginal_fraction, 0),
+            base=tok_s(base.tok_s),
+            last=tok_s(gains[-1]),
         )
         return Finding(
             id="knee",
@@ -273,8 +259,8 @@ def knee(data: RunData, th: Thresholds) -> Finding:
             numbers={
                 "between": None,
                 "marginal_tok_s_per_slot": marginal,
-                "single_stream_tok_s": _num(base.tok_s, 3),
-                "threshold_tok_s": _num(limit, 3),
+                "single_stream_tok_s": num(base.tok_s, 3),
+                "threshold_tok_s": num(limit, 3),
             },
             text=text.render(),
             data=uses,
@@ -287,18 +273,18 @@ def knee(data: RunData, th: Thresholds) -> Finding:
         ),
         a=a,
         b=b,
-        gain=_tok_s(gains[at]),
-        frac=_Pct(th.knee_marginal_fraction, 0),
-        base=_tok_s(base.tok_s),
+        gain=tok_s(gains[at]),
+        frac=Pct(th.knee_marginal_fraction, 0),
+        base=tok_s(base.tok_s),
     )
     if at > 0:
-        text.add(N_("Before it a slot still brought {gain} tok/s."), gain=_tok_s(gains[at - 1]))
+        text.add(N_("Before it a slot still brought {gain} tok/s."), gain=tok_s(gains[at - 1]))
     if at < len(gains) - 1 and gains[-1] < 0:
         text.add(
             N_("By the last step, C={y} to C={z}, throughput falls: {gain} tok/s per added slot."),
             y=cs[-2],
             z=cs[-1],
-            gain=_tok_s(gains[-1]),
+            gain=tok_s(gains[-1]),
         )
     elif at < len(gains) - 1:
         text.add(
@@ -307,8 +293,8 @@ def knee(data: RunData, th: Thresholds) -> Finding:
             ),
             y=cs[-2],
             z=cs[-1],
-            gain=_tok_s(gains[-1]),
-            share=_Pct(gains[-1] / first_gain if first_gain else math.nan, 0),
+            gain=tok_s(gains[-1]),
+            share=Pct(gains[-1] / first_gain if first_gain else math.nan, 0),
         )
     return Finding(
         id="knee",
@@ -317,9 +303,9 @@ def knee(data: RunData, th: Thresholds) -> Finding:
         numbers={
             "between": [a, b],
             "marginal_tok_s_per_slot": marginal,
-            "gain_at_knee_tok_s": _num(gains[at], 3),
-            "single_stream_tok_s": _num(base.tok_s, 3),
-            "threshold_tok_s": _num(limit, 3),
+            "gain_at_knee_tok_s": num(gains[at], 3),
+            "single_stream_tok_s": num(base.tok_s, 3),
+            "threshold_tok_s": num(limit, 3),
         },
         text=text.render(),
         data=uses,
@@ -330,67 +316,59 @@ def knee(data: RunData, th: Thresholds) -> Finding:
 # 4. ITL tail
 
 
-def _itl(data: RunData) -> tuple[list[float], list[float], list[float]] | None:
-    p50, p90, p99 = data.col("itl_ms_p50"), data.col("itl_ms_p90"), data.col("itl_ms_p99")
-    if p50 is None or p99 is None:
-        return None
-    p90_list = [float(x) for x in p90] if p90 is not None else [math.nan] * len(p50)
-    return [float(x) for x in p50], p90_list, [float(x) for x in p99]
-
-
-def tail_levels(data: RunData, th: Thresholds) -> list[int]:
-    itl = _itl(data)
+def tail_levels(data: RunFrames, th: Thresholds) -> list[int]:
+    itl = itl_percentiles(data)
     if itl is None:
         return []
     p50, _, p99 = itl
     return [
         c
         for c, a, b in zip(data.concurrencies, p50, p99, strict=True)
-        if _finite(a) and _finite(b) and a > 0 and b / a >= th.itl_tail_ratio
+        if finite(a) and finite(b) and a > 0 and b / a >= th.itl_tail_ratio
     ]
 
 
-def itl_tail(data: RunData, th: Thresholds) -> Finding:
+def itl_tail(data: RunFrames, th: Thresholds) -> Finding:
     uses = ["per-token chunk arrival times (ITL percentiles per level)"]
-    itl = _itl(data)
+    itl = itl_percentiles(data)
     if itl is None:
-        text = _Text().add(
+        text = Text().add(
             N_(
                 "The ITL tail cannot be measured: ITL needs per-token (per-chunk) timestamps, and this "
                 "trace set has per-request times only."
             )
         )
-        return _unknown("itl_tail", text, ["per-chunk timestamps (ITL)"], uses)
+        return unknown("itl_tail", text, ["per-chunk timestamps (ITL)"], uses)
     p50, _, p99 = itl
     cs = data.concurrencies
     ratio = [
-        b / a if _finite(a) and _finite(b) and a > 0 else math.nan
+        b / a if finite(a) and finite(b) and a > 0 else math.nan
         for a, b in zip(p50, p99, strict=True)
     ]
-    finite = [(r, c) for r, c in zip(ratio, cs, strict=True) if _finite(r)]
-    if not finite:
-        text = _Text().add(N_("The ITL tail cannot be measured: no level has ITL percentiles."))
-        return _unknown("itl_tail", text, ["ITL percentiles"], uses)
-    max_ratio, max_at = max(finite)
+    ratios = [(r, c) for r, c in zip(ratio, cs, strict=True) if finite(r)]
+    if not ratios:
+        text = Text().add(N_("The ITL tail cannot be measured: no level has ITL percentiles."))
+        return unknown("itl_tail", text, ["ITL percentiles"], uses)
+    max_ratio, max_at = max(ratios)
     opened = tail_levels(data, th)
     opens_at = opened[0] if opened else None
-    i_first = next(i for i, v in enumerate(p50) if _finite(v))
-    i_last = max(i for i, v in enumerate(p50) if _finite(v))
-    text = _Text()
+    i_first = next(i for i, v in enumerate(p50) if finite(v))
+    i_last = max(i for i, v in enumerate(p50) if finite(v))
+    text = Text()
     if opens_at is not None:
         i = cs.index(opens_at)
-        if i > 0 and _finite(p99[i - 1]):
+        if i > 0 and finite(p99[i - 1]):
             text.add(
                 N_(
                     "The ITL tail opens at C={c}: p99 ITL jumps from {prev} at C={pc} to {p99} ({jump} in one "
                     "step) while p50 ITL is {p50}."
                 ),
                 c=opens_at,
-                prev=_Ms(p99[i - 1]),
+                prev=Ms(p99[i - 1]),
                 pc=cs[i - 1],
-                p99=_Ms(p99[i]),
-                jump=_times(p99[i] / p99[i - 1]),
-                p50=_Ms(p50[i]),
+                p99=Ms(p99[i]),
+                jump=times(p99[i] / p99[i - 1]),
+                p50=Ms(p50[i]),
             )
         else:
             text.add(
@@ -398,16 +376,16 @@ def itl_tail(data: RunData, th: Thresholds) -> Finding:
                     "The ITL tail is open from the first level, C={c}: p99 ITL {p99} against a p50 of {p50}."
                 ),
                 c=opens_at,
-                p99=_Ms(p99[i]),
-                p50=_Ms(p50[i]),
+                p99=Ms(p99[i]),
+                p50=Ms(p50[i]),
             )
     else:
         text.add(
             N_("The ITL tail stays closed: p99 ITL stays under {thr} the p50 at every level."),
-            thr=_times(th.itl_tail_ratio),
+            thr=times(th.itl_tail_ratio),
         )
     if i_last == i_first:
-        text.add(N_("p99/p50 is {ratio}, which a mean hides."), ratio=_times(max_ratio))
+        text.add(N_("p99/p50 is {ratio}, which a mean hides."), ratio=times(max_ratio))
     else:
         text.add(
             N_(
@@ -416,10 +394,10 @@ def itl_tail(data: RunData, th: Thresholds) -> Finding:
             ),
             a=cs[i_first],
             b=cs[i_last],
-            p50a=_Ms(p50[i_first]),
-            p50b=_Ms(p50[i_last]),
-            change=_signed_pct(p50[i_last] / p50[i_first] - 1),
-            ratio=_times(max_ratio),
+            p50a=Ms(p50[i_first]),
+            p50b=Ms(p50[i_last]),
+            change=signed_pct(p50[i_last] / p50[i_first] - 1),
+            ratio=times(max_ratio),
             at=max_at,
         )
     return Finding(
@@ -427,31 +405,14 @@ def itl_tail(data: RunData, th: Thresholds) -> Finding:
         severity="warning" if opens_at is not None else "info",
         levels=opened,
         numbers={
-            "ratio_p99_p50": _per_level(data, ratio, 3),
+            "ratio_p99_p50": per_level(data, ratio, 3),
             "opens_at": opens_at,
-            "max_ratio": _num(max_ratio, 3),
+            "max_ratio": num(max_ratio, 3),
             "max_ratio_at": max_at,
-            "itl_p50_ms": _per_level(data, p50, 3),
-            "itl_p99_ms": _per_level(data, p99, 3),
+            "itl_p50_ms": per_level(data, p50, 3),
+            "itl_p99_ms": per_level(data, p99, 3),
             "threshold_ratio": th.itl_tail_ratio,
         },
         text=text.render(),
         data=uses,
     )
-
-
-class _SignedPct(_V):
-    """A change in percent with its sign (``+9%``, ``-45%``)."""
-
-    def __init__(self, fraction: float) -> None:
-        self.fraction = fraction
-
-    def render(self, lang: str) -> str:
-        if not _finite(self.fraction):
-            return "?"
-        sign = "+" if self.fraction >= 0 else ""
-        return sign + _Pct(self.fraction, 0).render(lang)
-
-
-def _signed_pct(fraction: float) -> _SignedPct:
-    return _SignedPct(fraction)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sweeper.i18n import N_, fmt_fixed, fmt_number, fmt_percent
-from sweeper.report.markup import finite, num, tr
-from sweeper.report.run_report import GIB, RunData
+from sweeper.report.markup import num, tr
+from sweeper.report.run_report import RunReport
+from sweeper.units import GIB, finite
 
 # What to change next, by the cause sweeper.findings named for the ITL tail.
 _CAUSE_ADVICE = {
@@ -37,7 +38,7 @@ _CAUSE_ADVICE = {
 }
 
 
-def next_steps(run: RunData, lang: str) -> list[str]:
+def next_steps(run: RunReport, lang: str) -> list[str]:
     """The advice lines (plain text, not escaped), in ``lang``; empty when no finding supports one."""
     advice: list[str] = []
     recommended = run.known("recommended")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 from sweeper.findings import Finding
 from sweeper.i18n import fmt_fixed, gettext
 from sweeper.report import charts
+from sweeper.units import finite
 
 DOMAIN = "pages"
 
@@ -45,11 +45,6 @@ def chart_html(chart: Any) -> str:
     spec = chart.to_dict(validate=False) if hasattr(chart, "to_dict") else chart
     data = json.dumps(spec, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return f'<div class="sweeper-chart" data-spec="{html.escape(data, quote=True)}"></div>'
-
-
-def finite(value: object) -> TypeGuard[int | float]:
-    """A real number (not a bool, not NaN or infinite)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def front_matter(title: str) -> str:

@@ -26,7 +26,6 @@ from sweeper.report.markup import (
     esc,
     figure_html,
     finding_block,
-    finite,
     front_matter,
     num,
     table,
@@ -34,8 +33,7 @@ from sweeper.report.markup import (
 )
 from sweeper.report.provenance import recorded_section
 from sweeper.report.run_report import (
-    GIB,
-    RunData,
+    RunReport,
     engine_title,
     fact_text,
     gpu_title,
@@ -46,8 +44,9 @@ from sweeper.report.run_report import (
     tokens_per_request,
 )
 from sweeper.schema import fact_value
+from sweeper.units import GIB, finite
 
-__all__ = ["RunData", "render_run_page", "timeline_level"]
+__all__ = ["RunReport", "render_run_page", "timeline_level"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,7 +56,7 @@ __all__ = ["RunData", "render_run_page", "timeline_level"]
 class _Page:
     """Collects one page's Markdown; numbers figures as they are added."""
 
-    def __init__(self, run: RunData, lang: str):
+    def __init__(self, run: RunReport, lang: str):
         self.run = run
         self.lang = lang
         self.parts: list[str] = []
@@ -354,7 +353,7 @@ def _kv_section(page: _Page) -> None:
     )
 
 
-def timeline_level(run: RunData) -> int | None:
+def timeline_level(run: RunReport) -> int | None:
     """The level whose requests the timeline shows: the recommended one, else the highest."""
     recommended = run.known("recommended")
     ok = run.requests[run.requests["status"] == "ok"].dropna(subset=["ttft_ms", "e2el_ms"])
@@ -508,7 +507,7 @@ def _more_findings(page: _Page) -> None:
 # The page
 
 
-def render_run_page(run: RunData, lang: str) -> str:
+def render_run_page(run: RunReport, lang: str) -> str:
     """The whole report page of one run in ``lang``, as Markdown (front matter included)."""
     page = _Page(run, lang)
     title = run_title(run.ts, lang)

@@ -18,15 +18,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from sweeper.analysis.frames import level_frame, request_frame
-from sweeper.findings import SLO, Finding, analyze_run_data, run_data
+from sweeper.findings import SLO, Finding, analyze_frames, run_frames
 from sweeper.i18n import fmt_number
-from sweeper.report.markup import finite
 from sweeper.schema import Fact, fact_value
 from sweeper.store import TraceSet
+from sweeper.units import finite
 
 log = logging.getLogger("sweeper.report.run_report")
-
-GIB = 1024**3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -34,7 +32,7 @@ GIB = 1024**3
 
 
 @dataclass
-class RunData:
+class RunReport:
     """Everything one run's page is written from, computed once for both languages."""
 
     ts: TraceSet
@@ -58,27 +56,27 @@ class RunData:
         return None if found is None or found.severity == "unknown" else found
 
 
-def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunData:
+def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunReport:
     """Frames, findings and server-side aggregates of one trace set. The frames are computed
-    once, by the findings' :func:`run_data`, and shared with the page."""
+    once, by the findings' :func:`~sweeper.findings.run_frames`, and shared with the page."""
     # Findings and server aggregates are extras: when they fail, the page still publishes what
     # the measurements show and says what is missing.
     try:
-        data = run_data(ts)
+        data = run_frames(ts)
     except Exception as exc:
         # The server metrics or the server log tripped the frames the findings need: publish
         # the client-side measurements alone.
         log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
         requests = request_frame(ts)
-        run = RunData(ts=ts, levels=level_frame(ts, requests=requests), requests=requests)
+        run = RunReport(ts=ts, levels=level_frame(ts, requests=requests), requests=requests)
         run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
         return run
     requests = data.requests if data.requests is not None else request_frame(ts)
-    run = RunData(ts=ts, levels=data.levels, requests=requests)
+    run = RunReport(ts=ts, levels=data.levels, requests=requests)
     if ts.metrics:
         run.server_levels = data.server
     try:
-        run.findings = {f.id: f for f in analyze_run_data(data, slos=slos)}
+        run.findings = {f.id: f for f in analyze_frames(data, slos=slos)}
     except Exception as exc:
         log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
         run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
@@ -134,7 +132,7 @@ def peak_level(levels: pd.DataFrame) -> pd.Series | None:
     return valid.loc[valid["output_throughput_tok_s"].idxmax()]
 
 
-def tokens_per_request(run: RunData) -> float | None:
+def tokens_per_request(run: RunReport) -> float | None:
     """Input + output tokens of one request: what the workload asked for, else what was measured."""
     wl = run.ts.manifest.workload
     if wl.input_len is not None and wl.output_len is not None:
@@ -145,7 +143,7 @@ def tokens_per_request(run: RunData) -> float | None:
     return total if math.isfinite(total) and total > 0 else None
 
 
-def kv_capacity_tokens(run: RunData) -> float | None:
+def kv_capacity_tokens(run: RunReport) -> float | None:
     ceiling = run.known("kv_ceiling")
     if ceiling is not None and finite(ceiling.numbers.get("capacity_tokens")):
         return float(ceiling.numbers["capacity_tokens"])

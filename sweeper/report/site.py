@@ -44,7 +44,7 @@ from sweeper.report import charts
 from sweeper.report.markup import chart_html, esc, front_matter, tr
 from sweeper.report.pages import render_run_page
 from sweeper.report.run_report import (
-    RunData,
+    RunReport,
     collect_run,
     engine_title,
     gpu_title,
@@ -69,7 +69,7 @@ class RunEntry:
     """One folder of ``traces/``: its report data, or the reason it could not be read."""
 
     folder: Path
-    run: RunData | None = None
+    run: RunReport | None = None
     error: str | None = None
     pages: dict[str, str] | None = None
 
@@ -202,9 +202,9 @@ def model_slug(model: str) -> str:
     return f"{readable}-{hashlib.sha256(model.encode()).hexdigest()[:6]}"
 
 
-def comparison_groups(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
+def comparison_groups(runs: Iterable[RunReport]) -> dict[str, list[RunReport]]:
     """Runs grouped by model (only models with two runs or more)."""
-    groups: dict[str, list[RunData]] = {}
+    groups: dict[str, list[RunReport]] = {}
     for run in runs:
         groups.setdefault(model_title(run.ts), []).append(run)
     return {
@@ -216,7 +216,7 @@ def _link(text: str, target: str) -> str:
     return f"[{text}]({quote(target)})"
 
 
-def _headline_numbers(run: RunData, lang: str) -> tuple[str, str, str]:
+def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
     peak = peak_level(run.levels)
     peak_text = "–"
     if peak is not None:
@@ -235,7 +235,7 @@ def _headline_numbers(run: RunData, lang: str) -> tuple[str, str, str]:
 
 
 def render_index(
-    entries: list[RunEntry], comparisons: Mapping[str, list[RunData]], lang: str
+    entries: list[RunEntry], comparisons: Mapping[str, list[RunReport]], lang: str
 ) -> str:
     """The list of every run, the comparisons, and the trace sets that could not be read."""
     parts = [front_matter(tr(lang, "Runs")), "# " + html.escape(tr(lang, "Runs"))]
@@ -324,13 +324,13 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def compare_frame(runs: list[RunData]) -> pd.DataFrame:
+def compare_frame(runs: list[RunReport]) -> pd.DataFrame:
     """The per-level frames of several runs stacked, with a ``run`` column naming each."""
     frames = [run.levels.assign(run=run.run_id) for run in runs if not run.levels.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def render_comparison(model: str, runs: list[RunData], lang: str) -> str:
+def render_comparison(model: str, runs: list[RunReport], lang: str) -> str:
     title = tr(lang, "{model}: runs compared").format(model=model)
     parts = [front_matter(title), "# " + esc(title)]
     parts.append(

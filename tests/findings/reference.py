@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from sweeper.facts.hardware import gpu_facts, model_facts
-from sweeper.findings import RunData
+from sweeper.findings import RunFrames
 from sweeper.schema import Fact, RunManifest, Server, ServerConfig, Source, Workload
 from sweeper.version import __version__
 
@@ -157,5 +157,5 @@ def reference_manifest() -> RunManifest:
     )
 
 
-def reference_run_data() -> RunData:
-    return RunData(reference_manifest(), reference_levels(), reference_server())
+def reference_frames() -> RunFrames:
+    return RunFrames(reference_manifest(), reference_levels(), reference_server())

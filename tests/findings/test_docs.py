@@ -12,7 +12,7 @@ from sweeper.analysis.thresholds import Thresholds
 from sweeper.facts.hardware import GPU_SPECS, MODEL_SPECS
 from sweeper.findings import FINDING_IDS, TAIL_CAUSES, analyze
 
-from .reference import reference_run_data
+from .reference import reference_frames
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = [DOCS / "findings.md", DOCS / "findings.zh.md"]
@@ -25,7 +25,7 @@ def test_page_names_everything(page: Path) -> None:
     names += [f"`{f.name}`" for f in fields(Thresholds)]
     names += [f"`{cause}`" for cause in TAIL_CAUSES]
     names += [f"| {g.name} |" for g in GPU_SPECS] + [f"| {m.name} |" for m in MODEL_SPECS]
-    for f in analyze(reference_run_data()):
+    for f in analyze(reference_frames()):
         names += [f"`{key}`" for key in f.numbers]
     missing = sorted({n for n in names if n not in text})
     assert missing == []

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from sweeper.facts.hardware import gpu_facts, model_facts
-from sweeper.findings import RunData, analyze, finding
+from sweeper.findings import RunFrames, analyze, finding
 from sweeper.schema import Fact, RunManifest, Server, ServerConfig, Source, Workload
 from sweeper.version import __version__
 
@@ -27,7 +27,7 @@ ITL_P50_MS = {1: 22.0, 40: 30.0, 100: 32.0}  # ESTIMATE
 OUT = 1024
 
 
-def question_run() -> RunData:
+def question_run() -> RunFrames:
     rows, server = [], []
     for c in LEVELS:
         e2el_s = OUT / SPEED[c]
@@ -74,7 +74,7 @@ def question_run() -> RunData:
         model=model_facts("Qwen2.5-32B"),
         workload=Workload(input_len=63_000, output_len=OUT, concurrency_levels=LEVELS),
     )
-    return RunData(manifest, pd.DataFrame(rows), pd.DataFrame(server))
+    return RunFrames(manifest, pd.DataFrame(rows), pd.DataFrame(server))
 
 
 def test_the_long_input_question_is_answered() -> None:

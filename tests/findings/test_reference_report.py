@@ -7,12 +7,12 @@ import pytest
 from sweeper.findings import FINDING_IDS, analyze, finding, findings_json
 from sweeper.schema import Fact
 
-from .reference import reference_run_data
+from .reference import reference_frames
 
 
 @pytest.fixture(scope="module")
 def found() -> dict:
-    return {f.id: f for f in analyze(reference_run_data())}
+    return {f.id: f for f in analyze(reference_frames())}
 
 
 def test_every_finding_once(found: dict) -> None:
@@ -106,7 +106,7 @@ def test_slo_table(found: dict) -> None:
 
 
 def test_preemption_is_named_when_the_counter_moved() -> None:
-    data = reference_run_data()
+    data = reference_frames()
     assert data.server is not None
     data.server.loc[data.server["concurrency"] >= 32, "preemptions_delta"] = 12.0
     f = finding(analyze(data), "tail_cause")
@@ -116,7 +116,7 @@ def test_preemption_is_named_when_the_counter_moved() -> None:
 
 
 def test_without_chunked_prefill_or_trace_the_cause_is_unknown() -> None:
-    data = reference_run_data()
+    data = reference_frames()
     data.manifest.server.config.enable_chunked_prefill = None
     data.server = None
     f = finding(analyze(data), "tail_cause")
@@ -126,7 +126,7 @@ def test_without_chunked_prefill_or_trace_the_cause_is_unknown() -> None:
 
 
 def test_kv_admission_when_pool_full_and_queue() -> None:
-    data = reference_run_data()
+    data = reference_frames()
     data.manifest.server.config.enable_chunked_prefill = Fact(value=False, source="user")
     assert data.server is not None
     data.server.loc[data.server["concurrency"] == 64, ["kv_usage_max", "waiting_max"]] = [
@@ -139,7 +139,7 @@ def test_kv_admission_when_pool_full_and_queue() -> None:
 def test_user_slo_changes_the_recommendation() -> None:
     from sweeper.findings import parse_slos
 
-    found = {f.id: f for f in analyze(reference_run_data(), slos=parse_slos("ttft_p99<=1s"))}
+    found = {f.id: f for f in analyze(reference_frames(), slos=parse_slos("ttft_p99<=1s"))}
     assert found["recommended"].numbers["concurrency"] == 8
     assert found["recommended"].numbers["slo_source"] == "user"
     assert found["slo_table"].numbers["rows"][-1]["source"] == "user"
@@ -148,7 +148,7 @@ def test_user_slo_changes_the_recommendation() -> None:
 def test_json_contract_has_no_nan() -> None:
     import json
 
-    doc = findings_json("reference", analyze(reference_run_data()))
+    doc = findings_json("reference", analyze(reference_frames()))
     text = json.dumps(doc, allow_nan=False)
     assert '"run_id": "reference"' in text
     for f in doc["findings"]:
@@ -157,7 +157,7 @@ def test_json_contract_has_no_nan() -> None:
 
 
 def test_preemption_without_a_tail_is_still_named() -> None:
-    data = reference_run_data()
+    data = reference_frames()
     data.levels["itl_ms_p99"] = data.levels["itl_ms_p50"] * 1.2  # no tail anywhere
     assert data.server is not None
     data.server.loc[data.server["concurrency"] == 64, "preemptions_delta"] = 3.0
@@ -169,7 +169,7 @@ def test_preemption_without_a_tail_is_still_named() -> None:
 
 
 def test_no_tail_no_preemption_is_none() -> None:
-    data = reference_run_data()
+    data = reference_frames()
     data.levels["itl_ms_p99"] = data.levels["itl_ms_p50"] * 1.2
     f = finding(analyze(data), "tail_cause")
     assert f.numbers["cause"] == "none" and f.severity == "info"

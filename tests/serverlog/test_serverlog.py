@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from _peers import PEERS, require_peers
 
-from sweeper.facts.serverlog import GIB_BYTES, apply_server_log, parse_server_log
+from sweeper.facts.serverlog import apply_server_log, parse_server_log
 from sweeper.schema import Fact, RunManifest, Source
+from sweeper.units import GIB
 
 DATA = Path(__file__).parent / "data"
 CPU_LOG = DATA / "vllm-0.32-cpu-default.log"
@@ -87,7 +88,7 @@ def test_peer_vllm_022_logs(path: Path) -> None:
     assert size is not None
     assert value_of(config.kv_cache_tokens) == int(size.group(1).replace(",", ""))
     assert value_of(config.max_num_batched_tokens) == 8192
-    assert value_of(config.weights_memory_bytes) == round(214.51 * GIB_BYTES)
+    assert value_of(config.weights_memory_bytes) == round(214.51 * GIB)
     stat_lines = [ln for ln in text.split("\n") if "Avg prompt throughput" in ln]
     assert len(log.stats) == len(stat_lines) > 0
     # Running never exceeds --max-num-seqs: the scheduler line was read field by field right.
@@ -128,18 +129,18 @@ NEW_ACCOUNTING = (
 def test_new_memory_accounting() -> None:
     config = parse_server_log(NEW_ACCOUNTING).config
     assert value_of(config.kv_cache_tokens) == 86_896
-    assert value_of(config.kv_cache_memory_bytes) == round(4.64 * GIB_BYTES)
+    assert value_of(config.kv_cache_memory_bytes) == round(4.64 * GIB)
     assert value_of(config.suggested_kv_cache_memory_bytes) == 6_569_114_112
     assert config.extra["kv_cache_memory_bytes_full_device"].value == 8_105_812_787
-    assert value_of(config.total_memory_bytes) == round(23.52 * GIB_BYTES)
-    assert value_of(config.memory_budget_bytes) == round(21.17 * GIB_BYTES)
+    assert value_of(config.total_memory_bytes) == round(23.52 * GIB)
+    assert value_of(config.memory_budget_bytes) == round(21.17 * GIB)
     assert value_of(config.gpu_memory_utilization) == 0.9
-    assert value_of(config.activation_peak_bytes) == round(1.04 * GIB_BYTES)
-    assert value_of(config.cuda_graph_memory_bytes) == round(0.34 * GIB_BYTES)
-    assert value_of(config.weights_memory_bytes) == round(14.25 * GIB_BYTES)
+    assert value_of(config.activation_peak_bytes) == round(1.04 * GIB)
+    assert value_of(config.cuda_graph_memory_bytes) == round(0.34 * GIB)
+    assert value_of(config.weights_memory_bytes) == round(14.25 * GIB)
     # consumed (weights + non-torch) minus weights
-    assert value_of(config.non_torch_memory_bytes) == round(15.49 * GIB_BYTES) - round(
-        14.25 * GIB_BYTES
+    assert value_of(config.non_torch_memory_bytes) == round(15.49 * GIB) - round(
+        14.25 * GIB
     )
     assert value_of(config.max_num_batched_tokens) == 2048
     assert value_of(config.kv_cache_max_concurrency) == 42.43
@@ -163,12 +164,12 @@ def test_old_memory_accounting_and_v0_stats() -> None:
     log = parse_server_log(OLD_ACCOUNTING)
     assert log.engine == "vllm" and log.version == "0.6.3.post1"
     config = log.config
-    assert value_of(config.total_memory_bytes) == round(79.25 * GIB_BYTES)
-    assert value_of(config.memory_budget_bytes) == round(71.33 * GIB_BYTES)
-    assert value_of(config.weights_memory_bytes) == round(14.99 * GIB_BYTES)
-    assert value_of(config.non_torch_memory_bytes) == round(0.26 * GIB_BYTES)
-    assert value_of(config.activation_peak_bytes) == round(1.39 * GIB_BYTES)
-    assert value_of(config.kv_cache_memory_bytes) == round(54.69 * GIB_BYTES)
+    assert value_of(config.total_memory_bytes) == round(79.25 * GIB)
+    assert value_of(config.memory_budget_bytes) == round(71.33 * GIB)
+    assert value_of(config.weights_memory_bytes) == round(14.99 * GIB)
+    assert value_of(config.non_torch_memory_bytes) == round(0.26 * GIB)
+    assert value_of(config.activation_peak_bytes) == round(1.39 * GIB)
+    assert value_of(config.kv_cache_memory_bytes) == round(54.69 * GIB)
     assert value_of(config.num_gpu_blocks) == 28_001
     assert value_of(config.kv_cache_max_concurrency) == 13.67
     assert len(log.stats) == 1
@@ -201,8 +202,8 @@ def test_sglang_log() -> None:
     assert value_of(config.max_model_len) == 32768
     assert value_of(config.tensor_parallel_size) == 2
     assert value_of(config.gpu_memory_utilization) == 0.88
-    assert value_of(config.kv_cache_memory_bytes) == 2 * round(27.59 * GIB_BYTES)
-    assert value_of(config.weights_memory_bytes) == round(7.25 * GIB_BYTES)
+    assert value_of(config.kv_cache_memory_bytes) == 2 * round(27.59 * GIB)
+    assert value_of(config.weights_memory_bytes) == round(7.25 * GIB)
     assert value_of(config.dtype) == "bfloat16"
     assert "api_key" not in config.extra
     # The key's value never reaches a fact's detail either, though the line it sits on is kept.

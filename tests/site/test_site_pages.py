@@ -16,13 +16,13 @@ from sweeper.cli import cli
 from sweeper.errors import SweeperError
 from sweeper.report import site
 from sweeper.report.markup import chart_html, esc
-from sweeper.report.pages import RunData, render_run_page
+from sweeper.report.pages import RunReport, render_run_page
 from sweeper.report.run_report import collect_run
 from sweeper.store import discover_trace_sets, load_trace_set
 
 
 @pytest.fixture(scope="module")
-def run_a(site_traces: Path) -> RunData:
+def run_a(site_traces: Path) -> RunReport:
     return collect_run(load_trace_set(site_traces / RUN_A))
 
 
@@ -57,7 +57,7 @@ def test_run_page_has_every_chart_with_a_complete_spec(run_a) -> None:
 
 
 def test_sections_resting_on_findings_are_left_out_when_findings_are_missing(run_a) -> None:
-    bare = RunData(ts=run_a.ts, levels=run_a.levels, requests=run_a.requests, findings={})
+    bare = RunReport(ts=run_a.ts, levels=run_a.levels, requests=run_a.requests, findings={})
     page = render_run_page(bare, "en")
     for heading in (
         "Cause of the tail",

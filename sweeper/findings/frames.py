@@ -1,0 +1,128 @@
+"""What the findings read: :class:`RunFrames`, the manifest and the frames of one run.
+
+:func:`run_frames` computes them from a trace set (once: the report pages reuse them); tests and
+notebooks build them by hand from a per-level table. The helpers below read the inputs several
+rules share: the single-stream baseline, the ITL percentiles and the tokens of one request.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from sweeper.analysis.frames import gap_frame, level_frame, request_frame
+from sweeper.analysis.server_frames import server_level_frame
+from sweeper.facts.complete import complete_facts
+from sweeper.facts.serverlog import parse_server_log
+from sweeper.schema import RunManifest, fact_value
+from sweeper.store import TraceSet
+from sweeper.units import finite
+
+
+def level_cell(frame: pd.DataFrame | None, concurrency: int, name: str) -> float:
+    """``frame[name]`` at one concurrency level as a float; NaN when the frame, the column, the
+    level or the number is missing."""
+    if frame is None or frame.empty or name not in frame.columns:
+        return math.nan
+    row = frame[frame["concurrency"] == concurrency]
+    if row.empty:
+        return math.nan
+    v = pd.to_numeric(row[name], errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) else math.nan
+
+
+@dataclass
+class RunFrames:
+    """What the findings read: the manifest and the frames of :mod:`sweeper.analysis.frames` and
+    :mod:`sweeper.analysis.server_frames`. Frames may be partial (a per-level table typed in by hand):
+    missing columns or frames make the findings that need them ``unknown``."""
+
+    manifest: RunManifest
+    levels: pd.DataFrame
+    server: pd.DataFrame | None = None
+    requests: pd.DataFrame | None = None
+    gaps: pd.DataFrame | None = None
+    server_log_stats: int = 0  # periodic stat lines found in the server log (0: none / no log)
+
+    def __post_init__(self) -> None:
+        self.levels = self.levels.sort_values("concurrency").reset_index(drop=True)
+
+    def col(self, name: str) -> pd.Series | None:
+        if name not in self.levels.columns:
+            return None
+        series = pd.to_numeric(self.levels[name], errors="coerce")
+        return series if series.notna().any() else None
+
+    def value(self, concurrency: int, name: str) -> float:
+        return level_cell(self.levels, concurrency, name)
+
+    def server_value(self, concurrency: int, name: str) -> float:
+        return level_cell(self.server, concurrency, name)
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return [int(c) for c in self.levels["concurrency"]]
+
+    def fact(self, path: str) -> Any:
+        """A manifest fact's value by dotted path (``server.config.max_num_seqs``), or None."""
+        obj: Any = self.manifest
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return None
+        return fact_value(obj) if hasattr(obj, "source") else obj
+
+
+def run_frames(ts: TraceSet) -> RunFrames:
+    """The frames the findings read, from a trace set."""
+    requests = request_frame(ts)
+    gaps = gap_frame(ts)
+    levels = level_frame(ts, requests=requests, gaps=gaps)
+    server = server_level_frame(ts, requests=requests) if len(levels) else None
+    log_stats = 0
+    if ts.server_log:
+        log_stats = len(parse_server_log(ts.server_log).stats)
+    return RunFrames(complete_facts(ts.manifest), levels, server, requests, gaps, log_stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# The baseline: a single stream
+
+
+@dataclass(frozen=True)
+class SingleStream:
+    concurrency: int
+    tok_s: float  # per stream
+
+
+def single_stream(data: RunFrames) -> SingleStream | None:
+    tput = data.col("output_throughput_tok_s")
+    if tput is None:
+        return None
+    for c, t in zip(data.concurrencies, tput, strict=True):
+        if finite(t) and t > 0:
+            return SingleStream(c, float(t) / c)
+    return None
+
+
+def request_lengths(data: RunFrames) -> tuple[float | None, float | None]:
+    """Input and output tokens per request: as asked (workload), else as measured."""
+    wl = data.manifest.workload
+    inp: float | None = float(wl.input_len) if wl.input_len else None
+    out: float | None = float(wl.output_len) if wl.output_len else None
+    if inp is None and (col := data.col("prompt_tokens_mean")) is not None:
+        inp = float(col.max())
+    if out is None and (col := data.col("output_tokens_mean")) is not None:
+        out = float(col.max())
+    return inp, out
+
+
+def itl_percentiles(data: RunFrames) -> tuple[list[float], list[float], list[float]] | None:
+    p50, p90, p99 = data.col("itl_ms_p50"), data.col("itl_ms_p90"), data.col("itl_ms_p99")
+    if p50 is None or p99 is None:
+        return None
+    p90_list = [float(x) for x in p90] if p90 is not None else [math.nan] * len(p50)
+    return [float(x) for x in p50], p90_list, [float(x) for x in p99]
