@@ -276,7 +276,7 @@ class LevelStatus(_Model):
     message: str | None = None
 
 
-class Clock(_Model):
+class ClockOrigin(_Model):
     """The run's time origin: ``origin_unix_ns`` (wall clock) at ``origin_monotonic_ns``."""
 
     kind: Literal["monotonic"] = "monotonic"
@@ -298,7 +298,7 @@ class RunManifest(_Model):
     model: ModelFacts = Field(default_factory=ModelFacts)
     workload: Workload = Field(default_factory=Workload)
     client: Client = Field(default_factory=Client)
-    clock: Clock | None = None
+    clock: ClockOrigin | None = None
     levels: list[LevelStatus] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)

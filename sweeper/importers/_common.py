@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from sweeper.errors import ImportFormatError
 from sweeper.schema import (
-    Clock,
+    ClockOrigin,
     Hardware,
     LevelStatus,
     MetricSample,
@@ -243,7 +243,7 @@ def build_manifest(kind: str, imported: Imported, options: ImportOptions) -> Run
         server=imported.server,
         hardware=Hardware(),
         workload=workload,
-        clock=Clock(origin_monotonic_ns=0, origin_unix_ns=origin) if origin is not None else None,
+        clock=None if origin is None else ClockOrigin(origin_monotonic_ns=0, origin_unix_ns=origin),
         levels=level_status,
         labels=dict(options.labels),
         warnings=list(imported.warnings),

@@ -16,7 +16,7 @@ from sweeper.record.serverinfo import ServerInfo, server_facts, version_fact
 from sweeper.record.workload import completion_body
 from sweeper.schema import (
     Client,
-    Clock,
+    ClockOrigin,
     Fact,
     LevelStatus,
     RunManifest,
@@ -104,7 +104,7 @@ def new_manifest(
             platform=platform.platform(),
             libraries=_library_versions(),
         ),
-        clock=Clock(origin_monotonic_ns=origin_ns, origin_unix_ns=_unix_ns(started)),
+        clock=ClockOrigin(origin_monotonic_ns=origin_ns, origin_unix_ns=_unix_ns(started)),
         levels=[LevelStatus(concurrency=c) for c in levels],
         labels=dict(config.labels),
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from sweeper.schema import (
-    Clock,
+    ClockOrigin,
     Fact,
     LevelStatus,
     RequestTrace,
@@ -150,7 +150,7 @@ def synthetic_manifest(
             warmup_per_level=warmup,
             ignore_eos=True,
         ),
-        clock=Clock(origin_monotonic_ns=0, origin_unix_ns=1_764_417_600_000_000_000),
+        clock=ClockOrigin(origin_monotonic_ns=0, origin_unix_ns=1_764_417_600_000_000_000),
         levels=[LevelStatus(concurrency=lv.concurrency, status="complete") for lv in levels],
         labels=labels or {},
     )
