@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,6 +23,26 @@ from sweeper.record.workload import DEFAULT_LEVELS
 from sweeper.store import DEFAULT_TRACES_DIR
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def record_config(options: dict[str, Any]) -> RecordConfig:
+    """The :class:`RecordConfig` of ``sweeper record``'s options (click's mapping of them): an
+    option named like a field passes through as it is; the others are parsed into theirs here."""
+    given = dict(options)
+    no_metrics, metrics_urls = given.pop("no_metrics"), given.pop("metrics_urls")
+    parsed = {
+        "endpoint": "chat" if given.pop("endpoint") == "chat" else "completions",
+        "concurrency": parse_levels(given.pop("concurrency")),
+        "requests_per_level": RequestCount.parse(given.pop("requests_per_level")),
+        "warmup": _warmup(given.pop("warmup")),
+        "metrics_urls": [] if no_metrics else (list(metrics_urls) or None),
+        "scrape_interval_s": given.pop("scrape_interval"),
+        "labels": parse_labels(given.pop("labels")),
+        "api_key": given.pop("api_key") or None,
+        "http_client": "httpx" if given.pop("http_client") == "httpx" else "raw",
+        "command": redact_argv(["sweeper", *sys.argv[1:]]),
+    }
+    return RecordConfig(**given, **parsed)
 
 
 def _warmup(value: str) -> int | None:
@@ -227,42 +248,7 @@ def _warmup(value: str) -> int | None:
 )
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @friendly_errors
-def record_command(
-    base_url: str | None,
-    model: str | None,
-    endpoint: str,
-    input_len: int,
-    output_len: int,
-    concurrency: str,
-    requests_per_level: str,
-    warmup: str,
-    metrics_urls: tuple[str, ...],
-    no_metrics: bool,
-    scrape_interval: float,
-    server_log: Path | None,
-    gpu: str | None,
-    gpu_count: int | None,
-    tp: int | None,
-    pp: int | None,
-    dp: int | None,
-    max_num_seqs: int | None,
-    max_num_batched_tokens: int | None,
-    model_config: Path | None,
-    tokenizer: str | None,
-    labels: tuple[str, ...],
-    api_key: str | None,
-    out: Path,
-    run_id: str | None,
-    resume: bool,
-    timeout_s: float,
-    max_error_rate: float,
-    seed: int,
-    ignore_eos: bool,
-    shared_prefix: bool,
-    workers: int,
-    http_client: str,
-    quiet: bool,
-) -> None:
+def record_command(**options: Any) -> None:
     """Sweep concurrency levels against an OpenAI-compatible server and record every token's
     arrival time into a trace set (traces/<run-id>/).
 
@@ -278,42 +264,9 @@ def record_command(
           --gpu "H100 SXM" --tp 2 --server-log vllm.log --label flags=default
       sweeper record --resume --run-id qwen2.5-7b-20260101-120000 --base-url http://127.0.0.1:8000
     """
+    quiet = options.pop("quiet")
     try:
-        config = RecordConfig(
-            base_url=base_url,
-            model=model,
-            endpoint="chat" if endpoint == "chat" else "completions",
-            input_len=input_len,
-            output_len=output_len,
-            concurrency=parse_levels(concurrency),
-            requests_per_level=RequestCount.parse(requests_per_level),
-            warmup=_warmup(warmup),
-            metrics_urls=[] if no_metrics else (list(metrics_urls) or None),
-            scrape_interval_s=scrape_interval,
-            server_log=server_log,
-            gpu=gpu,
-            gpu_count=gpu_count,
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            model_config=model_config,
-            tokenizer=tokenizer,
-            labels=parse_labels(labels),
-            api_key=api_key or None,
-            out=out,
-            run_id=run_id,
-            resume=resume,
-            timeout_s=timeout_s,
-            max_error_rate=max_error_rate,
-            seed=seed,
-            ignore_eos=ignore_eos,
-            shared_prefix=shared_prefix,
-            workers=workers,
-            http_client="httpx" if http_client == "httpx" else "raw",
-            command=redact_argv(["sweeper", *sys.argv[1:]]),
-        )
+        config = record_config(options)
         config.check()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
