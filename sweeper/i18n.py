@@ -14,6 +14,7 @@ be extracted and kept separately::
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -62,6 +63,11 @@ def gettext(lang: str, domain: str, message: str) -> str:
 
 def ngettext(lang: str, domain: str, singular: str, plural: str, n: int) -> str:
     return translations(lang, domain).ngettext(singular, plural, n)
+
+
+def join_list(lang: str, items: Sequence[str]) -> str:
+    """Items of a list in a sentence: ``a, b`` / ``a、b`` (the Chinese enumeration comma)."""
+    return ("、" if check_language(lang) == "zh" else ", ").join(items)
 
 
 def N_(message: str) -> str:

@@ -48,7 +48,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 @contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[IO[bytes]]:
+def atomic_write(path: Path) -> Iterator[IO[bytes]]:
     """A file written beside ``path`` (hidden) and renamed over it once written and on disk: a
     reader sees the old file or the new one, never half of one. Removed if writing fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -69,7 +69,7 @@ def write_manifest(folder: Path, manifest: RunManifest) -> None:
     """Replace ``manifest.json`` atomically: a reader sees the old or the new one, never half."""
     folder.mkdir(parents=True, exist_ok=True)
     data = manifest.model_dump_json(indent=2, exclude_none=False)
-    with _replacing(folder / MANIFEST_FILE) as fh:
+    with atomic_write(folder / MANIFEST_FILE) as fh:
         fh.write((data + "\n").encode("utf-8"))
 
 
@@ -435,7 +435,7 @@ def _compact(folder: Path) -> list[Compacted]:
         notes: list[str] = []
         before = sum(p.stat().st_size for p in parts)
         with (
-            _replacing(folder / target) as raw,
+            atomic_write(folder / target) as raw,
             gzip.GzipFile(filename=target, fileobj=raw, mode="wb", mtime=0) as out,
         ):
             for part in parts:

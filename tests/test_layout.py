@@ -129,7 +129,9 @@ def test_private_names_stay_in_their_module() -> None:
         ({"a": {"b"}, "b": {"a"}, "c": {"c"}}, [["a", "b"]]),
     ],
 )
-def test_the_cycle_check_finds_cycles(graph: dict[str, set[str]], expected: list[list[str]]) -> None:
+def test_the_cycle_check_finds_cycles(
+    graph: dict[str, set[str]], expected: list[list[str]]
+) -> None:
     assert cycles(graph) == expected
 
 

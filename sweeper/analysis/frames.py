@@ -33,9 +33,9 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from sweeper.schema import RequestTrace, RunManifest, fact_value
+from sweeper.schema import RequestTrace, RunManifest, Workload, fact_value
 from sweeper.store import TraceSet
-from sweeper.units import NS_PER_MS, NS_PER_S
+from sweeper.units import NS_PER_MS, NS_PER_S, finite
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_NAMES = ("mean", "p50", "p90", "p95", "p99")
@@ -205,6 +205,23 @@ def gap_frame(ts: TraceSet) -> pd.DataFrame:
             "gap_index": position[keep],
         }
     )
+
+
+def request_tokens(workload: Workload, levels: pd.DataFrame) -> tuple[float | None, float | None]:
+    """Input and output tokens of one request: as the workload asked, else the mean over the
+    levels of what was measured (a level's ``prompt_tokens_mean`` / ``output_tokens_mean``).
+    The mean, not the largest: the KV pool holds many requests at once, so what fits is set by
+    the typical one. None where neither is known."""
+
+    def measured(column: str) -> float | None:
+        if column not in levels.columns:
+            return None
+        value = pd.to_numeric(levels[column], errors="coerce").mean()
+        return float(value) if finite(value) and value > 0 else None
+
+    inp = float(workload.input_len) if workload.input_len else measured("prompt_tokens_mean")
+    out = float(workload.output_len) if workload.output_len else measured("output_tokens_mean")
+    return inp, out
 
 
 def gpus_of(ts: TraceSet | RunManifest) -> int:

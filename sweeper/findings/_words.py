@@ -16,7 +16,7 @@ import pandas as pd
 
 from sweeper.findings.frames import RunFrames
 from sweeper.findings.model import SLO, Finding
-from sweeper.i18n import LANGUAGES, N_, fmt_number, fmt_percent, gettext
+from sweeper.i18n import LANGUAGES, N_, fmt_number, fmt_percent, gettext, join_list
 from sweeper.units import GIB, MS_PER_S, finite
 
 DOMAIN = "findings"
@@ -91,8 +91,17 @@ class Levels(Value):
         self.levels = list(levels)
 
     def render(self, lang: str) -> str:
-        sep = "、" if lang == "zh" else ", "
-        return sep.join(f"C={c}" for c in self.levels)
+        return join_list(lang, [f"C={c}" for c in self.levels])
+
+
+class Join(Value):
+    """Rendered parts joined with the language's list separator."""
+
+    def __init__(self, parts: Sequence[Value]) -> None:
+        self.items = list(parts)
+
+    def render(self, lang: str) -> str:
+        return join_list(lang, [p.render(lang) for p in self.items])
 
 
 @dataclass

@@ -11,12 +11,12 @@ import numpy as np
 
 from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, Thresholds
 from sweeper.findings._words import (
+    Join,
     Ms,
     Msg,
     Num,
     Pct,
     Text,
-    Value,
     num,
     per_level,
     signed_pct,
@@ -26,7 +26,7 @@ from sweeper.findings._words import (
     unknown,
 )
 from sweeper.findings.frames import RunFrames, single_stream
-from sweeper.findings.model import SLO, Finding, parse_slos
+from sweeper.findings.model import SLO, Finding, parse_slos, slo_label
 from sweeper.i18n import N_
 from sweeper.units import finite
 
@@ -241,7 +241,7 @@ def slo_table(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
         if dropped:
             rows.append(
                 {
-                    "slo": slo_label_of(terms),
+                    "slo": slo_label(terms),
                     "source": origin,
                     "concurrency": None,
                     "throughput_tok_s": None,
@@ -254,7 +254,7 @@ def slo_table(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
             continue
         c = choose_level(data, use)
         row = {
-            "slo": slo_label_of(terms),
+            "slo": slo_label(terms),
             "source": origin,
             "concurrency": c,
             "recommended": c is not None and c == rec,
@@ -296,10 +296,6 @@ def slo_table(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
         data=uses,
         missing=missing,
     )
-
-
-def slo_label_of(terms: Sequence[SLO]) -> str:
-    return ",".join(s.label for s in terms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +389,7 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
             N_("Each request takes {added} longer at C={c}: {parts}."),
             added=Ms(added * 1e3),
             c=c,
-            parts=_Join(share_words),
+            parts=Join(share_words),
         )
         dominant = max(pos, key=lambda k: pos[k])
         numbers["dominant"] = dominant
@@ -464,17 +460,6 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
         data=uses,
         missing=[] if server_used else ["server queue/prefill/decode histograms (/metrics)"],
     )
-
-
-class _Join(Value):
-    """A list of rendered parts joined with the language's list separator."""
-
-    def __init__(self, parts: Sequence[Value]) -> None:
-        self.items = list(parts)
-
-    def render(self, lang: str) -> str:
-        sep = "、" if lang == "zh" else ", "
-        return sep.join(p.render(lang) for p in self.items)
 
 
 _STALL_KEY = {"chunked_prefill": "prefill_interference", "preemption": "preemption_stalls"}

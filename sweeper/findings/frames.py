@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweeper.analysis.frames import gap_frame, level_frame, request_frame
+from sweeper.analysis.frames import gap_frame, level_frame, request_frame, request_tokens
 from sweeper.analysis.server_frames import server_level_frame
 from sweeper.facts.complete import complete_facts
 from sweeper.facts.serverlog import parse_server_log
@@ -109,15 +109,8 @@ def single_stream(data: RunFrames) -> SingleStream | None:
 
 
 def request_lengths(data: RunFrames) -> tuple[float | None, float | None]:
-    """Input and output tokens per request: as asked (workload), else as measured."""
-    wl = data.manifest.workload
-    inp: float | None = float(wl.input_len) if wl.input_len else None
-    out: float | None = float(wl.output_len) if wl.output_len else None
-    if inp is None and (col := data.col("prompt_tokens_mean")) is not None:
-        inp = float(col.max())
-    if out is None and (col := data.col("output_tokens_mean")) is not None:
-        out = float(col.max())
-    return inp, out
+    """Input and output tokens of one request (:func:`sweeper.analysis.frames.request_tokens`)."""
+    return request_tokens(data.manifest.workload, data.levels)
 
 
 def itl_percentiles(data: RunFrames) -> tuple[list[float], list[float], list[float]] | None:

@@ -24,6 +24,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE
+from sweeper.findings.model import parse_slos
 from sweeper.i18n import N_
 
 CHART_WIDTH_PX = 560
@@ -32,7 +34,13 @@ CHART_HEIGHT_PX = 300
 # page stays light; the caption says how many are shown.
 TIMELINE_MAX_REQUESTS = 64
 # Service levels drawn as bands on the trade-off chart (p99 TTFT, ms): DESIGN.md "SLO table".
-DEFAULT_TTFT_SLOS_MS = (500.0, 1000.0, 2000.0)
+# The TTFT bands drawn: the TTFT terms of the SLO table every report has (finding 9).
+DEFAULT_TTFT_SLOS_MS = tuple(
+    term.bound_ms
+    for text in DEFAULT_SLO_TABLE
+    for term in parse_slos(text)
+    if term.metric == "ttft"
+)
 # Colours of the series (a colour-blind-safe palette: Okabe-Ito).
 _BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _GREY = (
     "#0072B2",

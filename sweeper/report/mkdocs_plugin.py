@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from mkdocs.structure.files import File, Files
 
 from sweeper.i18n import DEFAULT_LANGUAGE, LANGUAGES
 from sweeper.report import site
+from sweeper.store import atomic_write
 
 log = logging.getLogger("mkdocs.plugins.sweeper")
 
@@ -92,10 +92,8 @@ def vega_bundle(folder: Path | None = None) -> Path:
     # the optional snippet as required).
     bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]
     text = "(function () {\n" + bundle + "\n})();\n"
-    fd, tmp = tempfile.mkstemp(prefix=".vega-bundle.", suffix=".tmp", dir=folder)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    with atomic_write(path) as fh:
+        fh.write(text.encode("utf-8"))
     return path
 
 

@@ -11,13 +11,12 @@ the server-side aggregates, and the facts a title, a card or the index shows.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeper.analysis.frames import level_frame, request_frame
+from sweeper.analysis.frames import level_frame, request_frame, request_tokens
 from sweeper.findings import SLO, Finding, analyze_frames, run_frames
 from sweeper.i18n import fmt_number
 from sweeper.schema import Fact, fact_value
@@ -133,14 +132,10 @@ def peak_level(levels: pd.DataFrame) -> pd.Series | None:
 
 
 def tokens_per_request(run: RunReport) -> float | None:
-    """Input + output tokens of one request: what the workload asked for, else what was measured."""
-    wl = run.ts.manifest.workload
-    if wl.input_len is not None and wl.output_len is not None:
-        return float(wl.input_len + wl.output_len)
-    prompt = run.levels["prompt_tokens_mean"].mean() if not run.levels.empty else float("nan")
-    output = run.levels["output_tokens_mean"].mean() if not run.levels.empty else float("nan")
-    total = float(prompt + output)
-    return total if math.isfinite(total) and total > 0 else None
+    """Input + output tokens of one request, by the rule the kv_ceiling finding uses
+    (:func:`sweeper.analysis.frames.request_tokens`)."""
+    inp, out = request_tokens(run.ts.manifest.workload, run.levels)
+    return inp + out if inp is not None and out is not None else None
 
 
 def kv_capacity_tokens(run: RunReport) -> float | None:

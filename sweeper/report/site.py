@@ -26,10 +26,8 @@ from __future__ import annotations
 import hashlib
 import html
 import logging
-import os
 import pickle
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -41,7 +39,7 @@ import pandas as pd
 from sweeper.errors import SweeperError
 from sweeper.i18n import LANGUAGES, fmt_date, fmt_number
 from sweeper.report import charts
-from sweeper.report.markup import chart_html, esc, front_matter, tr
+from sweeper.report.markup import chart_labels, esc, figure_html, front_matter, table, tr
 from sweeper.report.pages import render_run_page
 from sweeper.report.run_report import (
     RunReport,
@@ -52,7 +50,7 @@ from sweeper.report.run_report import (
     peak_level,
 )
 from sweeper.schema import MANIFEST_FILE
-from sweeper.store import TraceSet, load_trace_set
+from sweeper.store import TraceSet, atomic_write, load_trace_set
 
 log = logging.getLogger("sweeper.report.site")
 
@@ -147,10 +145,8 @@ def _write_cached(path: Path, entry: RunEntry) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     for old in path.parent.glob(f"{entry.folder.name}.*.pickle"):
         old.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".page.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "wb") as fh:
+    with atomic_write(path) as fh:
         pickle.dump(_slim(entry), fh, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
 
 
 def load_entry(folder: Path, cache_dir: Path | None = None) -> RunEntry:
@@ -316,12 +312,8 @@ def render_index(
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = [
-        "| " + " | ".join(html.escape(h) for h in header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+    """A table of text columns whose header words are escaped here (the cells already are)."""
+    return table([html.escape(h) for h in header], rows, numeric=False)
 
 
 def compare_frame(runs: list[RunReport]) -> pd.DataFrame:
@@ -390,15 +382,10 @@ def render_comparison(model: str, runs: list[RunReport], lang: str) -> str:
     ]
     for number, (key, draw, fig_title, caption) in enumerate(figures, start=1):
         try:
-            chart = draw(frame, {k: tr(lang, v) for k, v in charts.LABEL_KEYS[key].items()})
+            chart = draw(frame, chart_labels(lang, key))
         except ValueError:
             continue  # no run has the numbers this figure needs
-        label = tr(lang, "Figure {number}").format(number=number)
-        parts.append(
-            '<figure class="sweeper-figure">'
-            f'<div class="sweeper-figure__title">{html.escape(label)} · {html.escape(fig_title)}</div>'
-            f"{chart_html(chart)}<figcaption>{html.escape(caption)}</figcaption></figure>"
-        )
+        parts.append(figure_html(number, lang, fig_title, chart, html.escape(caption)))
     return "\n\n".join(parts) + "\n"
 
 

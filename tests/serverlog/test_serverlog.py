@@ -139,9 +139,7 @@ def test_new_memory_accounting() -> None:
     assert value_of(config.cuda_graph_memory_bytes) == round(0.34 * GIB)
     assert value_of(config.weights_memory_bytes) == round(14.25 * GIB)
     # consumed (weights + non-torch) minus weights
-    assert value_of(config.non_torch_memory_bytes) == round(15.49 * GIB) - round(
-        14.25 * GIB
-    )
+    assert value_of(config.non_torch_memory_bytes) == round(15.49 * GIB) - round(14.25 * GIB)
     assert value_of(config.max_num_batched_tokens) == 2048
     assert value_of(config.kv_cache_max_concurrency) == 42.43
 

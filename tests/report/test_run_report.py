@@ -1,0 +1,38 @@
+"""What a run's page rests on (sweeper.report.run_report): one rule for the tokens of a request,
+shared with the findings, so the KV chart and the kv_ceiling finding never disagree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweeper.report.run_report import collect_run, tokens_per_request
+from sweeper.schema import Fact, ServerConfig
+from sweeper.store import load_trace_set, write_trace_set
+from sweeper.testing.factories import SyntheticLevel, synthetic_manifest, synthetic_requests
+
+LEVELS = [SyntheticLevel(1, 50, 10), SyntheticLevel(4, 60, 12)]
+
+
+def _run_without_asked_lengths(root: Path) -> Path:
+    """An imported-like run: the workload does not say the lengths, and the levels' measured
+    prompt lengths differ (C=1: 1,000 tokens, C=4: 3,000), so a mean and a max disagree."""
+    config = ServerConfig(kv_cache_tokens=Fact(value=40_000, source="log"))
+    manifest = synthetic_manifest("no-lengths", LEVELS, input_len=1000, output_len=64, config=config)
+    manifest.workload.input_len = None
+    manifest.workload.output_len = None
+    requests = synthetic_requests(LEVELS, input_len=1000, output_len=64)
+    for trace in requests:
+        if trace.concurrency == 4:
+            trace.prompt_tokens = 3000
+    return write_trace_set(root / "no-lengths", manifest, requests)
+
+
+def test_the_kv_chart_and_the_kv_ceiling_use_the_same_tokens_per_request(tmp_path: Path) -> None:
+    run = collect_run(load_trace_set(_run_without_asked_lengths(tmp_path)))
+    ceiling = run.known("kv_ceiling")
+    assert ceiling is not None
+    per_request = tokens_per_request(run)
+    # The mean of the levels' measured lengths: (1,000 + 3,000) / 2 in, 64 out.
+    assert per_request == 2000 + 64
+    assert ceiling.numbers["tokens_per_request"] == per_request
+    assert ceiling.numbers["ceiling"] == 40_000 // per_request
