@@ -81,7 +81,7 @@ from sweeper.store import (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Run:
     """State of one recording: the manifest being kept, the writer, the clock origin."""
 
@@ -108,6 +108,20 @@ class _Run:
 
     def now_ns(self) -> int:
         return self.clock() - self.origin_ns
+
+
+@dataclass(kw_only=True)
+class _Sweep:
+    """What every level of a recording uses: where and what to send, and the helpers that
+    outlive a level (the prompts' builder, the fields the server turned down, the lag monitor)."""
+
+    run: _Run
+    client: StreamClient
+    api: str
+    model: str
+    builder: PromptBuilder
+    shaper: RequestShaper
+    lag: LagMonitor
 
 
 def record_sweep(
@@ -167,38 +181,10 @@ async def arecord_sweep(
     ) as client:
         info = await probe_server(client, config.base_url)
         if previous is None:
-            model = config.model or (info.model_ids[0] if info.model_ids else None)
-            if model is None:
-                raise ConfigError(
-                    f"the server at {strip_credentials(root)} lists no model at /v1/models; pass --model"
-                )
-            if config.model and info.model_ids and config.model not in info.model_ids:
-                raise ConfigError(
-                    f"--model {config.model!r} is not served at {strip_credentials(root)}; "
-                    f"it serves: {', '.join(info.model_ids)}"
-                )
-            started = datetime.now(UTC)
-            run_id = config.run_id or default_run_id(model, started)
-            config.run_id = run_id  # the caller may need it (e.g. to say how to resume)
-            folder = Path(config.out) / run_id
-            if folder.exists() and any(folder.iterdir()):
-                raise ConfigError(
-                    f"{folder} already exists; pass another --run-id, or --resume to finish it"
-                )
-            origin_ns = clock()
-            manifest = new_manifest(config, info, model, run_id, started, origin_ns)
+            folder, manifest, model, origin_ns = _new_run(config, info, root, clock)
         else:
             assert folder is not None
-            manifest = previous
-            model = manifest.target.model or config.model or ""
-            origin_ns = manifest.clock.origin_monotonic_ns if manifest.clock else clock()
-            if clock() < origin_ns:
-                raise ConfigError(
-                    f"cannot resume {folder}: the monotonic clock restarted since it was recorded "
-                    "(the machine rebooted?); record a new run"
-                )
-            manifest.status = "running"
-            manifest.ended_at = None
+            manifest, model, origin_ns = _resumed_run(config, previous, folder, clock)
         folder.mkdir(parents=True, exist_ok=True)
         with TraceSetLock(folder, "resume it" if previous else "record into it"):
             if previous is not None:
@@ -206,7 +192,10 @@ async def arecord_sweep(
                     if path.suffix != ".gz":  # compacted files hold whole lines only
                         trim_partial_line(path)
             writer = TraceSetWriter(folder)
-            run = _Run(config, manifest, folder, writer, origin_ns, clock, progress)
+            run = _Run(
+                config=config, manifest=manifest, folder=folder, writer=writer,
+                origin_ns=origin_ns, clock=clock, progress=progress,
+            )  # fmt: skip
             if previous is not None:
                 run.done_ids = {
                     r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
@@ -222,6 +211,50 @@ async def arecord_sweep(
                 await parser.aclose()
                 if streamer is not client:
                     await streamer.aclose()
+
+
+def _new_run(
+    config: RecordConfig, info: ServerInfo, root: str, clock: Clock
+) -> tuple[Path, RunManifest, str, int]:
+    """(folder, manifest, model, clock origin) of a new run: the model checked against the
+    server's list, the run named, its folder not in use yet."""
+    model = config.model or (info.model_ids[0] if info.model_ids else None)
+    if model is None:
+        raise ConfigError(
+            f"the server at {strip_credentials(root)} lists no model at /v1/models; pass --model"
+        )
+    if config.model and info.model_ids and config.model not in info.model_ids:
+        raise ConfigError(
+            f"--model {config.model!r} is not served at {strip_credentials(root)}; "
+            f"it serves: {', '.join(info.model_ids)}"
+        )
+    started = datetime.now(UTC)
+    run_id = config.run_id or default_run_id(model, started)
+    config.run_id = run_id  # the caller may need it (e.g. to say how to resume)
+    folder = Path(config.out) / run_id
+    if folder.exists() and any(folder.iterdir()):
+        raise ConfigError(
+            f"{folder} already exists; pass another --run-id, or --resume to finish it"
+        )
+    origin_ns = clock()
+    return folder, new_manifest(config, info, model, run_id, started, origin_ns), model, origin_ns
+
+
+def _resumed_run(
+    config: RecordConfig, manifest: RunManifest, folder: Path, clock: Clock
+) -> tuple[RunManifest, str, int]:
+    """(manifest, model, clock origin) of a run resumed: its own origin, which this boot's
+    monotonic clock must still count from."""
+    model = manifest.target.model or config.model or ""
+    origin_ns = manifest.clock.origin_monotonic_ns if manifest.clock else clock()
+    if clock() < origin_ns:
+        raise ConfigError(
+            f"cannot resume {folder}: the monotonic clock restarted since it was recorded "
+            "(the machine rebooted?); record a new run"
+        )
+    manifest.status = "running"
+    manifest.ended_at = None
+    return manifest, model, origin_ns
 
 
 def _streaming_client(
@@ -248,23 +281,77 @@ async def _record(
     api: str,
     headers: dict[str, str],
 ) -> Path:
+    """The sweep, with the scraper and the lag monitor around it; the manifest's end is kept
+    whatever happens (Ctrl-C: ``incomplete``; the error rate passed: ``aborted``)."""
     config, manifest = run.config, run.manifest
     for message in info.warnings:
         run.warn(message)
     if config.server_log is not None:
         run.writer.copy_server_log(config.server_log)
     counter = await _token_counter(run, client, info, model)
+    scraper = await _first_scrape(run, client, parser, info)
+    shaper = RequestShaper(on_warning=run.warn)
+    workload = manifest.workload
+    builder = PromptBuilder(
+        workload.input_len or config.input_len,
+        seed=workload.seed or 0,
+        counter=counter,
+        shared_prefix=workload.unique_prefix is False,
+    )
+    run.save()
+    run.progress.start(manifest.run_id, workload.concurrency_levels)
+    sweep = _Sweep(
+        run=run, client=streamer, api=api, model=model, builder=builder, shaper=shaper,
+        lag=LagMonitor(run.clock),
+    )  # fmt: skip
+    scrape_task = asyncio.create_task(scraper.run()) if scraper.urls else None
+    lag_task = asyncio.create_task(sweep.lag.run())
+    pool: WorkerPool | None = None
+    clean = False
+    try:
+        if config.workers > 1:
+            pool = _worker_pool(run, headers, "httpx" if streamer is client else "raw")
+            await pool.start()
+        await _run_levels(sweep, pool)
+        manifest.status = "complete"
+        clean = True
+    except asyncio.CancelledError:
+        manifest.status = "incomplete"
+        raise
+    except ErrorRateExceeded:
+        manifest.status = "aborted"
+        clean = True  # the workers finished the level: they can stop in order
+        raise
+    finally:
+        if pool is not None:
+            pool.close(cancel=not clean)
+            shaper.dropped |= pool.dropped
+        sweep.lag.stop()
+        if scrape_task is not None:
+            scraper.stop()
+            await _finish(scrape_task)
+        await _finish(lag_task)
+        _close_manifest(sweep)
+    return run.folder
+
+
+async def _first_scrape(
+    run: _Run, client: httpx.AsyncClient, parser: MetricsParser, info: ServerInfo
+) -> Scraper:
+    """The run's scraper, after one scrape of each URL: the server facts on the pages go into
+    the manifest; a default URL without metrics is dropped, a given one is kept trying."""
+    config, manifest = run.config, run.manifest
     metrics_urls = (
         config.metrics_urls if config.metrics_urls is not None else [f"{info.root}/metrics"]
     )
     scraper = Scraper(
-        client,
-        metrics_urls,
-        run.writer.append_metrics,
-        run.origin_ns,
-        parser,
-        config.scrape_interval_s,
-        run.clock,
+        client=client,
+        urls=metrics_urls,
+        sink=run.writer.append_metrics,
+        origin_ns=run.origin_ns,
+        parser=parser,
+        interval_s=config.scrape_interval_s,
+        clock=run.clock,
     )
     first = await scraper.scrape_all() if metrics_urls else []
     for sample in first:
@@ -277,78 +364,64 @@ async def _record(
             run.warn(f"no metrics at {sample.url} ({sample.error}); recording without them")
         else:
             run.warn(f"cannot scrape {sample.url}: {sample.error}; will keep trying")
-    metrics_urls = scraper.urls
-    run.scraping = bool(metrics_urls)
-    shaper = RequestShaper(on_warning=run.warn)
-    workload = manifest.workload
-    builder = PromptBuilder(
-        workload.input_len or config.input_len,
-        seed=workload.seed or 0,
-        counter=counter,
-        shared_prefix=workload.unique_prefix is False,
+    run.scraping = bool(scraper.urls)
+    return scraper
+
+
+def _worker_pool(run: _Run, headers: dict[str, str], http_client: str) -> WorkerPool:
+    """The ``--workers`` recorder processes (not started yet)."""
+    config = run.config
+    run.manifest.client.workers = config.workers
+    settings = WorkerSettings(
+        folder=str(run.folder),
+        origin_ns=run.origin_ns,
+        timeout_s=config.timeout_s,
+        headers=headers,
+        max_connections=max(run.manifest.workload.concurrency_levels),
+        http_client=http_client,
     )
-    run.save()
-    run.progress.start(manifest.run_id, workload.concurrency_levels)
-    lag = LagMonitor(run.clock)
-    scrape_task = asyncio.create_task(scraper.run()) if metrics_urls else None
-    lag_task = asyncio.create_task(lag.run())
+    return WorkerPool(config.workers, settings, run.warn)
+
+
+async def _run_levels(sweep: _Sweep, pool: WorkerPool | None) -> None:
+    """Every level not complete yet, in order; Ctrl-C marks the one under way interrupted."""
+    run, manifest = sweep.run, sweep.run.manifest
     level: LevelStatus | None = None
-    pool: WorkerPool | None = None
-    clean = False
     try:
-        if config.workers > 1:
-            manifest.client.workers = config.workers
-            settings = WorkerSettings(
-                str(run.folder), run.origin_ns, config.timeout_s, headers,
-                max(workload.concurrency_levels),
-                "httpx" if streamer is client else "raw",
-            )  # fmt: skip
-            pool = WorkerPool(config.workers, settings, run.warn)
-            await pool.start()
-        for concurrency in workload.concurrency_levels:
+        for concurrency in manifest.workload.concurrency_levels:
             level = manifest.level(concurrency)
             if level is None:
                 level = LevelStatus(concurrency=concurrency)
                 manifest.levels.append(level)
             if level.status == "complete":
                 continue
-            await _run_level(run, streamer, api, model, builder, shaper, lag, level, pool)
+            await _run_level(sweep, level, pool)
             level = None
-        manifest.status = "complete"
-        clean = True
     except asyncio.CancelledError:
         if level is not None and level.status == "running":
             level.status = "interrupted"
             level.end_ns = run.now_ns()
             level.message = "interrupted (Ctrl-C); finish with --resume"
-        manifest.status = "incomplete"
         raise
-    except ErrorRateExceeded:
-        manifest.status = "aborted"
-        clean = True  # the workers finished the level: they can stop in order
-        raise
-    finally:
-        if pool is not None:
-            pool.close(cancel=not clean)
-            shaper.dropped |= pool.dropped
-        lag.stop()
-        if scrape_task is not None:
-            scraper.stop()
-            await _finish(scrape_task)
-        await _finish(lag_task)
-        manifest.ended_at = datetime.now(UTC)
-        if shaper.dropped:
-            workload.request_params = shaper.apply(workload.request_params)
-            if "ignore_eos" in shaper.dropped:
-                workload.ignore_eos = False
-        if builder.inexact:
-            run.warn(
-                f"{builder.inexact} prompts could not be built to exactly {builder.input_len} tokens"
-            )
-        _read_server_log(run)
-        run.save()
-        run.progress.stop()
-    return run.folder
+
+
+def _close_manifest(sweep: _Sweep) -> None:
+    """The manifest's last word, whatever ended the sweep: the end time, the request fields the
+    server turned down, prompts not built exactly, the server log's facts."""
+    run, shaper, builder = sweep.run, sweep.shaper, sweep.builder
+    workload = run.manifest.workload
+    run.manifest.ended_at = datetime.now(UTC)
+    if shaper.dropped:
+        workload.request_params = shaper.apply(workload.request_params)
+        if "ignore_eos" in shaper.dropped:
+            workload.ignore_eos = False
+    if builder.inexact:
+        run.warn(
+            f"{builder.inexact} prompts could not be built to exactly {builder.input_len} tokens"
+        )
+    _read_server_log(run)
+    run.save()
+    run.progress.stop()
 
 
 async def _finish(task: asyncio.Task[Any]) -> None:
@@ -396,17 +469,8 @@ def _read_server_log(run: _Run) -> None:
     apply_server_log(run.manifest, log)
 
 
-async def _run_level(
-    run: _Run,
-    client: StreamClient,
-    api: str,
-    model: str,
-    builder: PromptBuilder,
-    shaper: RequestShaper,
-    lag: LagMonitor,
-    level: LevelStatus,
-    pool: WorkerPool | None = None,
-) -> None:
+async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None = None) -> None:
+    run = sweep.run
     config, manifest = run.config, run.manifest
     concurrency = level.concurrency
     workload = manifest.workload
@@ -419,15 +483,15 @@ async def _run_level(
     ]
     stats = LevelStats(concurrency, total=warmup + measured, done=warmup + measured - len(indices))
     resumed = level.status in ("interrupted", "running", "aborted") and level.start_ns is not None
-    specs = await _build_specs(run, builder, model, concurrency, indices, warmup)
+    specs = await _build_specs(run, sweep.builder, sweep.model, concurrency, indices, warmup)
     level.status = "running"
     level.start_ns = level.start_ns if resumed and level.start_ns is not None else run.now_ns()
     level.message = "resumed" if resumed else None
     run.save()
     run.progress.level_started(stats)
-    lag.reset()
+    sweep.lag.reset()
     endpoint = manifest.target.endpoint
-    url = f"{api}/chat/completions" if endpoint == "chat" else f"{api}/completions"
+    url = f"{sweep.api}/chat/completions" if endpoint == "chat" else f"{sweep.api}/completions"
     allowed_failures = config.max_error_rate * measured
 
     def take(trace: RequestTrace) -> bool:
@@ -443,21 +507,8 @@ async def _run_level(
         for state in result.stamps:
             stamps.merge(state)
     else:
-        queue = list(reversed(specs))
-
-        async def stream() -> None:
-            while queue:
-                spec = queue.pop()
-                trace = await stream_request(
-                    client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
-                    timeout_s=config.timeout_s, shaper=shaper, clock=run.clock, stamps=stamps,
-                )  # fmt: skip
-                run.writer.append_request(trace)
-                if not take(trace):
-                    queue.clear()  # stop sending
-
-        await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
-        summary = lag.summary(concurrency)
+        await _stream_level(sweep, url, concurrency, specs, take, stamps)
+        summary = sweep.lag.summary(concurrency)
     level.end_ns = run.now_ns()
     _self_check(run, stats, summary, stamps.summary(concurrency))
     _check_lengths(run, stats)
@@ -477,6 +528,35 @@ async def _run_level(
         raise ErrorRateExceeded(f"stopped the sweep at concurrency {concurrency}: {level.message}")
     level.status = "complete"
     run.save()
+
+
+async def _stream_level(
+    sweep: _Sweep,
+    url: str,
+    concurrency: int,
+    specs: list[RequestSpec],
+    take: Callable[[RequestTrace], bool],
+    stamps: StampStats,
+) -> None:
+    """A level's requests in this process: one closed-loop stream per concurrent request, each
+    sending its next when the last one ends, until the specs run out or ``take`` says stop."""
+    run = sweep.run
+    endpoint = run.manifest.target.endpoint
+    queue = list(reversed(specs))
+
+    async def stream() -> None:
+        while queue:
+            spec = queue.pop()
+            trace = await stream_request(
+                sweep.client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
+                timeout_s=run.config.timeout_s, shaper=sweep.shaper, clock=run.clock,
+                stamps=stamps,
+            )  # fmt: skip
+            run.writer.append_request(trace)
+            if not take(trace):
+                queue.clear()  # stop sending
+
+    await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
 
 
 def _warmup_count(workload: Workload, concurrency: int) -> int:

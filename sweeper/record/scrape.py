@@ -190,7 +190,7 @@ def engine_from_series(series: Iterable[Series]) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scraper:
     """Scrapes every URL every ``interval_s`` until stopped; each result goes to ``sink``."""
 

@@ -55,7 +55,7 @@ def worker_requests_name(index: int) -> str:
     return f"requests.w{index}.jsonl"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class WorkerSettings:
     """What every worker needs, picklable (the API key travels in memory only)."""
 
