@@ -38,10 +38,18 @@ def build_command(traces_dir: Path, out_dir: Path) -> None:
       sweeper build --traces my-runs --out /tmp/pages
     """
     pages = build_pages(traces_dir, out_dir)
-    broken = [e for e in load_entries(traces_dir) if e.error is not None]
+    entries = load_entries(traces_dir)
     click.echo(
         f"wrote {len(pages)} pages to {', '.join(str(out_dir / d) for d in GENERATED_DIRS)} "
         f"from {traces_dir}"
     )
-    for entry in broken:
-        click.echo(f"left out {entry.folder}: {entry.error}", err=True)
+    for entry in entries:
+        if entry.error is not None:
+            click.echo(f"left out {entry.folder}: {entry.error}", err=True)
+    # sweeper's own failures (as `mkdocs build --strict` does): the pages are written, and the
+    # exit status says they are not whole.
+    problems = [problem for entry in entries for problem in entry.problems()]
+    for problem in problems:
+        click.echo(f"error: {problem}", err=True)
+    if problems:
+        raise SystemExit(1)

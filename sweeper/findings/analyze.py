@@ -50,7 +50,10 @@ def analyze(
             text = Text().add(
                 N_("This finding could not be computed from this data ({error})."), error=exc
             )
-            out.append(unknown(fid, text, [f"{type(exc).__name__}: {exc}"]))
+            error = f"{type(exc).__name__}: {exc}"
+            failed = unknown(fid, text, [error])
+            failed.numbers["error"] = error  # the report shows it and a strict build fails on it
+            out.append(failed)
     return out
 
 

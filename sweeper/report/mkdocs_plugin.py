@@ -142,6 +142,10 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         written = site.write_pages(pages, Path(config.docs_dir))
         if written:
             log.info("sweeper: %d report page(s) written from %s", written, self.traces_path)
+        # A warning through MkDocs' logger: `mkdocs build --strict` fails on it.
+        for entry in site.load_entries(self.traces_path, root / PAGE_CACHE):
+            for problem in entry.problems():
+                log.warning("sweeper: %s", problem)
         if config.nav is not None and not _extend_nav(config.nav, site.generated_nav(pages)):
             log.info(
                 "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"

@@ -84,6 +84,25 @@ class _Page:
         return "\n\n".join(self.parts) + "\n"
 
 
+def _findings_failed(page: _Page) -> None:
+    """A failure box at the top when findings could not be computed: the reader must not take
+    the missing sections for a clean bill of health."""
+    errors = page.run.findings_errors
+    if not errors:
+        return
+    lang = page.lang
+    title = tr(lang, "Some findings could not be computed")
+    body = tr(
+        lang,
+        "The measurements below are complete, but the sections these errors cut are missing. "
+        "This is a bug in sweeper or data it does not understand; please report it with the "
+        "trace set.",
+    )
+    lines = [f'!!! failure "{esc(title)}"', "", f"    {esc(body)}", ""]
+    lines += [f"    - <code>{esc(error)}</code>" for error in errors]
+    page.add("\n".join(lines))
+
+
 def _lede(page: _Page) -> None:
     run, lang = page.run, page.lang
     wl = run.ts.manifest.workload
@@ -515,6 +534,7 @@ def render_run_page(run: RunReport, lang: str) -> str:
     kicker = tr(lang, "Concurrency sweep")
     page.add(f'<p class="sweeper-kicker">{html.escape(kicker)} · {esc(run.run_id)}</p>')
     page.heading(esc(title), 1)
+    _findings_failed(page)
     _lede(page)
     _fact_cards(page)
     _headline(page)
@@ -528,5 +548,5 @@ def render_run_page(run: RunReport, lang: str) -> str:
     if advice:
         page.heading(tr(lang, "What to change next"))
         page.add("\n".join(f"- {esc(line)}" for line in advice))
-    page.add(*recorded_section(run.ts, lang, run.notes))
+    page.add(*recorded_section(run.ts, lang))
     return page.text()

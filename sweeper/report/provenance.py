@@ -5,7 +5,6 @@ log, user...)."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 from typing import Any
 
 from sweeper.i18n import DEFAULT_LANGUAGE
@@ -14,9 +13,8 @@ from sweeper.schema import Fact
 from sweeper.store import TraceSet
 
 
-def recorded_section(ts: TraceSet, lang: str, notes: Sequence[str] = ()) -> list[str]:
-    """The section as Markdown blocks (headings included); ``notes``: problems met while
-    building the page, listed with the manifest's warnings."""
+def recorded_section(ts: TraceSet, lang: str) -> list[str]:
+    """The section as Markdown blocks (headings included)."""
     m = ts.manifest
     blocks = ["## " + tr(lang, "How it was recorded")]
     source = m.source.tool + (f" {m.source.version}" if m.source.version else "")
@@ -62,7 +60,7 @@ def recorded_section(ts: TraceSet, lang: str, notes: Sequence[str] = ()) -> list
     if m.labels:
         labels = "\n".join(f"- **{esc(k)}**: {esc(v)}" for k, v in sorted(m.labels.items()))
         blocks += ["### " + tr(lang, "Labels"), labels]
-    warnings = [*m.warnings, *ts.problems, *notes]
+    warnings = [*m.warnings, *ts.problems]
     if warnings:
         blocks.append("### " + tr(lang, "Warnings"))
         if lang != DEFAULT_LANGUAGE:  # free text from the recorder, importers and the reader

@@ -39,7 +39,9 @@ class RunReport:
     requests: pd.DataFrame
     findings: dict[str, Finding] = field(default_factory=dict)
     server_levels: pd.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
+    # Why the findings, or some of them, could not be computed (an exception's type and message):
+    # the page says so and a strict site build fails, so a bug in a rule is never a quiet gap.
+    findings_errors: list[str] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -57,28 +59,38 @@ class RunReport:
 
 def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunReport:
     """Frames, findings and server-side aggregates of one trace set. The frames are computed
-    once, by the findings' :func:`~sweeper.findings.run_frames`, and shared with the page."""
-    # Findings and server aggregates are extras: when they fail, the page still publishes what
-    # the measurements show and says what is missing.
+    once, by the findings' :func:`~sweeper.findings.run_frames`, and shared with the page.
+
+    When the findings fail (a bug, or data no rule foresaw), the page still publishes what the
+    measurements show, and ``findings_errors`` says what failed: the page shows it and a strict
+    site build fails on it."""
     try:
         data = run_frames(ts)
     except Exception as exc:
         # The server metrics or the server log tripped the frames the findings need: publish
         # the client-side measurements alone.
-        log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
         requests = request_frame(ts)
         run = RunReport(ts=ts, levels=level_frame(ts, requests=requests), requests=requests)
-        run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
-        return run
+        return _failed(run, exc)
     requests = data.requests if data.requests is not None else request_frame(ts)
     run = RunReport(ts=ts, levels=data.levels, requests=requests)
     if ts.metrics:
         run.server_levels = data.server
     try:
-        run.findings = {f.id: f for f in analyze_frames(data, slos=slos)}
+        found = analyze_frames(data, slos=slos)
     except Exception as exc:
-        log.warning("%s: findings could not be computed: %s: %s", ts.path, type(exc).__name__, exc)
-        run.notes.append(f"findings could not be computed: {type(exc).__name__}: {exc}")
+        return _failed(run, exc)
+    run.findings = {f.id: f for f in found}
+    run.findings_errors = [f"{f.id}: {f.numbers['error']}" for f in found if "error" in f.numbers]
+    for error in run.findings_errors:
+        log.warning("%s: a finding could not be computed: %s", ts.path, error)
+    return run
+
+
+def _failed(run: RunReport, exc: Exception) -> RunReport:
+    error = f"{type(exc).__name__}: {exc}"
+    log.warning("%s: the findings could not be computed: %s", run.ts.path, error)
+    run.findings_errors.append(error)
     return run
 
 

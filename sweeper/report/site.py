@@ -70,6 +70,15 @@ class RunEntry:
     run: RunReport | None = None
     error: str | None = None
     pages: dict[str, str] | None = None
+    bug: bool = False  # the error is sweeper's own (an exception no user can fix), not the data's
+
+    def problems(self) -> list[str]:
+        """What a strict build fails on: a page sweeper could not make, or findings that
+        failed on a page it made."""
+        if self.bug and self.error:
+            return [f"{self.folder}: no page: {self.error}"]
+        errors = self.run.findings_errors if self.run is not None else []
+        return [f"{self.folder}: findings failed: {error}" for error in errors]
 
 
 # (folder, fingerprint) -> entry; lets repeated builds in one process skip unchanged runs.
@@ -109,12 +118,19 @@ def _fingerprint(folder: Path) -> str:
     return digest.hexdigest()
 
 
+# The whole package, not this folder: a page is made by the findings, the analysis and the facts
+# as much as by the report code.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
 @cache
 def _code_fingerprint() -> str:
-    """sweeper's own modules and catalogs, every package of it (a page is made by the findings,
-    the analysis and the facts as much as by this folder): a cached page is stale when any
-    changes."""
-    package = Path(__file__).parents[1]
+    return code_fingerprint(PACKAGE_DIR)
+
+
+def code_fingerprint(package: Path) -> str:
+    """sweeper's own modules and catalogs, in every subpackage: a cached page is stale when any
+    of them changes (by name, size or modification time)."""
     digest = hashlib.sha256()
     for path in sorted([*package.rglob("*.py"), *package.rglob("*.po")]):
         stat = path.stat()
@@ -180,6 +196,7 @@ def _render_entry(folder: Path) -> RunEntry:
         log.info("trace set %s left out of the site: %s", folder, exc)
     except Exception as exc:  # a bug in sweeper must not take the other runs down with it
         entry.error = f"{folder}: {type(exc).__name__}: {exc}"
+        entry.bug = True
         log.warning("trace set %s could not be turned into a page: %s", folder, entry.error)
     return entry
 

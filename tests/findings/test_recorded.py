@@ -19,16 +19,6 @@ INPUT_LEN = 256
 OUTPUT_LEN = 48
 
 
-def skip_if_the_recorder_lagged(cause: Finding) -> None:
-    """On a machine too loaded for the recorder to keep up, ``client_overload`` is the right
-    answer, and the server-side cause cannot be checked: skip, saying so."""
-    if cause.numbers["cause"] == "client_overload":
-        pytest.skip(
-            f"the recorder's event loop lagged {cause.numbers['client_lag_p99_ms']} ms at p99 on "
-            "this loaded machine; the finding rightly names the client"
-        )
-
-
 def record(
     tmp_path: Path,
     run_id: str,
@@ -55,8 +45,25 @@ def record(
         return record_sweep(config)
 
 
+def record_unlagged(
+    tmp_path: Path, run_id: str, levels: list[int], **server: object
+) -> list[Finding]:
+    """The findings of a recording whose recorder kept up. On a loaded machine ``client_overload``
+    is the right verdict and hides the server-side cause, so the sweep is recorded again (what
+    the finding itself advises); three lagged recordings in a row fail the test."""
+    lags = []
+    for attempt in range(3):
+        folder = record(tmp_path, f"{run_id}-{attempt}", levels, **server)
+        found = analyze_run(load_trace_set(folder))
+        cause = finding(found, "tail_cause")
+        if cause.numbers["cause"] != "client_overload":
+            return found
+        lags.append(cause.numbers["client_lag_p99_ms"])
+    pytest.fail(f"the recorder's event loop lagged in 3 recordings (p99 {lags} ms): too loaded")
+
+
 def test_chunked_prefill_recorded(tmp_path: Path) -> None:
-    folder = record(
+    found = record_unlagged(
         tmp_path,
         "chunked",
         [1, 2, 4],
@@ -66,13 +73,11 @@ def test_chunked_prefill_recorded(tmp_path: Path) -> None:
         max_num_batched_tokens=128,
         kv_capacity_tokens=200_000,
     )
-    found = analyze_run(load_trace_set(folder))
     tail = finding(found, "itl_tail")
     # C=1 has few gaps and a loaded test machine can put one slow gap in its p99: only the
     # levels where other requests prefill are required to show the tail.
     assert 4 in tail.levels, tail.text["en"]
     cause = finding(found, "tail_cause")
-    skip_if_the_recorder_lagged(cause)
     assert cause.numbers["cause"] == "chunked_prefill", cause.text["en"]
     assert cause.numbers["preemptions_delta"] == 0
     assert cause.numbers["synchronized_gap_share"] > 0.5

@@ -3,8 +3,10 @@ shared with the findings, so the KV chart and the kv_ceiling finding never disag
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from sweeper.report import site
 from sweeper.report.run_report import collect_run, tokens_per_request
 from sweeper.schema import Fact, ServerConfig
 from sweeper.store import load_trace_set, write_trace_set
@@ -17,7 +19,9 @@ def _run_without_asked_lengths(root: Path) -> Path:
     """An imported-like run: the workload does not say the lengths, and the levels' measured
     prompt lengths differ (C=1: 1,000 tokens, C=4: 3,000), so a mean and a max disagree."""
     config = ServerConfig(kv_cache_tokens=Fact(value=40_000, source="log"))
-    manifest = synthetic_manifest("no-lengths", LEVELS, input_len=1000, output_len=64, config=config)
+    manifest = synthetic_manifest(
+        "no-lengths", LEVELS, input_len=1000, output_len=64, config=config
+    )
     manifest.workload.input_len = None
     manifest.workload.output_len = None
     requests = synthetic_requests(LEVELS, input_len=1000, output_len=64)
@@ -36,3 +40,17 @@ def test_the_kv_chart_and_the_kv_ceiling_use_the_same_tokens_per_request(tmp_pat
     assert per_request == 2000 + 64
     assert ceiling.numbers["tokens_per_request"] == per_request
     assert ceiling.numbers["ceiling"] == 40_000 // per_request
+
+
+def test_a_change_anywhere_in_the_package_invalidates_cached_pages(tmp_path: Path) -> None:
+    assert site.PACKAGE_DIR.name == "sweeper" and (site.PACKAGE_DIR / "findings").is_dir()
+    package = tmp_path / "sweeper"
+    shutil.copytree(site.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = site.code_fingerprint(package)
+    assert site.code_fingerprint(package) == before
+    for changed in ("findings/cause.py", "analysis/frames.py", "locale/zh/LC_MESSAGES/pages.po"):
+        path = package / changed
+        path.write_text(path.read_text() + "\n")
+        after = site.code_fingerprint(package)
+        assert after != before, changed
+        before = after
