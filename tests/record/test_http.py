@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ NS_PER_MS = 1_000_000
 TIMING_ATTEMPTS = 3
 STREAMS = 4
 REQUESTS_PER_STREAM = 3
+BusyLoop = Callable[[float], AbstractAsyncContextManager[None]]  # the busy_loop fixture
 
 
 def _spec(rid: str) -> RequestSpec:
@@ -296,33 +297,19 @@ async def test_arrivals_are_stamped_with_the_injected_clock(server: ServerThread
     assert 0 < trace.chunk_ns[0] <= trace.chunk_ns[-1] <= trace.end_ns < 10 * 10**9  # type: ignore[operator]
 
 
-async def _hog(stop: asyncio.Event, block_s: float) -> None:
-    """Keep the event loop busy: block it for ``block_s`` at a time (what parsing hundreds of
-    other streams does), yielding only briefly in between."""
-    while not stop.is_set():
-        time.sleep(block_s)
-        await asyncio.sleep(0.0005)
-
-
 async def _stream_with_hog(
-    process_server: ServerProcess, rids: list[str], block_s: float
+    process_server: ServerProcess, busy_loop: BusyLoop, rids: list[str], block_s: float
 ) -> tuple[list[float], StampStats]:
     """Stream ``rids`` while the loop is hogged; each chunk's delay (stamp - server write, ms)."""
     stamps = StampStats()
-    stop = asyncio.Event()
-    hog = asyncio.create_task(_hog(stop, block_s))
-    try:
-        async with RawClient() as client:
-            traces = await asyncio.gather(*(
-                stream_request(
-                    client, f"{process_server.base_url}/v1/completions", _spec(rid),
-                    endpoint="completions", origin_ns=0, timeout_s=30, stamps=stamps,
-                )
-                for rid in rids
-            ))  # fmt: skip
-    finally:
-        stop.set()
-        await hog
+    async with busy_loop(block_s), RawClient() as client:
+        traces = await asyncio.gather(*(
+            stream_request(
+                client, f"{process_server.base_url}/v1/completions", _spec(rid),
+                endpoint="completions", origin_ns=0, timeout_s=30, stamps=stamps,
+            )
+            for rid in rids
+        ))  # fmt: skip
     delays = []
     for trace, rid in zip(traces, rids, strict=True):
         assert trace.status == "ok", trace.error
@@ -335,14 +322,14 @@ async def _stream_with_hog(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
 async def test_a_busy_loop_reads_late_but_stamps_the_kernels_arrival_time(
-    process_server: ServerProcess,
+    process_server: ServerProcess, busy_loop: BusyLoop
 ) -> None:
     """The loop is blocked 3 ms at a time, so chunks wait in their sockets for up to 3 ms (the
     read delay says so); their stamps are still the kernel's receive times, within 0.5 ms of the
     server's writes, because chunks 5 ms apart never wait long enough to share a read."""
     for attempt in range(TIMING_ATTEMPTS):
         rids = [f"hog-{attempt}-{i}" for i in range(2)]
-        delays, stamps = await _stream_with_hog(process_server, rids, block_s=0.003)
+        delays, stamps = await _stream_with_hog(process_server, busy_loop, rids, block_s=0.003)
         check = stamps.summary(2)
         assert check is not None and check.source == "kernel"
         assert min(delays) >= 0, "a chunk was stamped before the server wrote it"
@@ -355,12 +342,14 @@ async def test_a_busy_loop_reads_late_but_stamps_the_kernels_arrival_time(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
 async def test_chunks_that_share_a_late_read_are_counted_and_flagged(
-    process_server: ServerProcess,
+    process_server: ServerProcess, busy_loop: BusyLoop
 ) -> None:
     """Blocked 12 ms at a time against chunks every 5 ms, reads return two or three chunks at
     once: the earlier ones carry the later one's time. The self-check counts them, says the
     level's stamps are distorted, and the late stamps it warns about are really there."""
-    delays, stamps = await _stream_with_hog(process_server, ["merge-0", "merge-1"], block_s=0.012)
+    delays, stamps = await _stream_with_hog(
+        process_server, busy_loop, ["merge-0", "merge-1"], block_s=0.012
+    )
     check = stamps.summary(2)
     assert check is not None and check.source == "kernel"
     assert check.merged_chunks > 0.1 * check.chunks

@@ -3,14 +3,21 @@ the rule that decides a level's chunk times may be off."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+
 from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
-from sweeper.record import RecordConfig, recorder
-from sweeper.record.progress import LevelStats
+from sweeper.record import RecordConfig, RequestCount, arecord_sweep
 from sweeper.record.stamps import StampStats
-from sweeper.schema import StampCheck
-from sweeper.testing.factories import SyntheticLevel, synthetic_manifest
+from sweeper.store import load_trace_set
+from sweeper.testing.server import ServerProcess
 
 stamps_distorted = DEFAULT_THRESHOLDS.stamps_distorted
+BusyLoop = Callable[[float], AbstractAsyncContextManager[None]]  # the busy_loop fixture
 
 NS_PER_MS = 1_000_000
 
@@ -97,40 +104,28 @@ def test_read_stamped_levels_are_judged_against_their_own_itl() -> None:
     assert th.loop_lag_distorts(5.5, itl_p50_ms=None)  # no gaps yet: the absolute limit
 
 
-class _Run:
-    """What :func:`recorder._self_check` reads and writes of a recording."""
-
-    def __init__(self, scraping: bool) -> None:
-        self.manifest = synthetic_manifest("self-check", [SyntheticLevel(4, 20.0, 15.0)])
-        self.config = RecordConfig(base_url="http://127.0.0.1:1", scrape_interval_s=0.5)
-        self.scraping = scraping
-        self.warnings: list[str] = []
-
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
-
-
-def _late_level() -> tuple[LevelStats, StampCheck]:
-    stats = LevelStats(concurrency=4, total=8)
-    stats.itl_ms.extend([15.0] * 100)
-    stamps = StampStats()
-    for _ in range(90):
-        stamps.add_read(12 * NS_PER_MS, 1)
-    for _ in range(5):
-        stamps.add_read(12 * NS_PER_MS, 2)  # 5 of 100 chunks merged, reads 12 ms late
-    check = stamps.summary(4)
-    assert check is not None
-    return stats, check
-
-
-def test_the_self_check_stores_its_figures_and_names_the_remedies() -> None:
-    """A late level is stored and warned about; a longer --scrape-interval is among the remedies
-    only while /metrics is being scraped (each scrape costs CPU the reads were short of)."""
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
+async def test_a_sweep_that_reads_late_stores_its_figures_and_names_the_remedies(
+    process_server: ServerProcess, busy_loop: BusyLoop, tmp_path: Path
+) -> None:
+    """A level recorded while the loop is blocked 12 ms at a time (chunks come every 5 ms, so
+    reads return two or three at once) is stored and warned about; a longer --scrape-interval is
+    among the remedies only while /metrics is being scraped (each scrape costs CPU the reads
+    were short of)."""
     for scraping in (True, False):
-        run = _Run(scraping)
-        stats, check = _late_level()
-        recorder._self_check(run, stats, None, check)  # type: ignore[arg-type]
-        assert run.manifest.client.stamp_checks == [check]
-        (warning,) = run.warnings
-        assert "read late at concurrency 4" in warning and "5 of 100 chunks" in warning
+        config = RecordConfig(
+            base_url=process_server.base_url, input_len=8, output_len=24, concurrency=[2],
+            requests_per_level=RequestCount(fixed=4), warmup=0, out=tmp_path,
+            run_id=f"late-{scraping}", scrape_interval_s=0.5,
+            metrics_urls=None if scraping else [],
+        )  # fmt: skip
+        async with busy_loop(0.012):
+            folder = await arecord_sweep(config)
+        manifest = load_trace_set(folder).manifest
+        (check,) = manifest.client.stamp_checks
+        assert check.concurrency == 2 and check.source == "kernel"
+        assert stamps_distorted(check)
+        (warning,) = [w for w in manifest.warnings if "read late" in w]
+        assert "read late at concurrency 2" in warning
+        assert f"{check.merged_chunks} of {check.chunks} chunks" in warning
         assert ("--scrape-interval than 0.5 s" in warning) is scraping
