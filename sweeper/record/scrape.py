@@ -76,6 +76,12 @@ class MetricsParser:
         self._lock = asyncio.Lock()
         self._broken = False
 
+    @property
+    def child(self) -> asyncio.subprocess.Process | None:
+        """The parsing child process; None before the first page and once pages are parsed in a
+        thread."""
+        return self._child
+
     async def parse(self, text: str, keep: tuple[str, ...]) -> list[Series]:
         if not self._broken:
             async with self._lock:

@@ -86,7 +86,7 @@ async def test_pages_are_parsed_in_a_child_process_the_same_as_here(server: Serv
         text = server.metrics_text()
         for page in (text, OTHER_ENGINES, text):
             assert await parser.parse(page, KEEP_PREFIXES) == parse_metrics(page)
-        child = parser._child
+        child = parser.child
         assert child is not None and child.pid != os.getpid() and child.returncode is None
         with pytest.raises(ValueError, match="float"):
             await parser.parse("vllm:broken{le=} not a number\n", KEEP_PREFIXES)
@@ -101,11 +101,11 @@ async def test_a_dead_parser_child_falls_back_to_parsing_here(server: ServerThre
     text = server.metrics_text()
     try:
         await parser.parse(text, KEEP_PREFIXES)
-        assert parser._child is not None
-        parser._child.kill()
-        await parser._child.wait()
+        assert parser.child is not None
+        parser.child.kill()
+        await parser.child.wait()
         assert await parser.parse(text, KEEP_PREFIXES) == parse_metrics(text)
-        assert parser._child is None  # not restarted: parsed in a thread
+        assert parser.child is None  # not restarted: parsed in a thread
     finally:
         await parser.aclose()
 
