@@ -107,12 +107,12 @@ def _sweeper_details(level: ToolLevel, server_truths: list[dict[str, Any]]) -> N
     frame = level_frame(trace)
     row = frame[frame["concurrency"] == level.concurrency].iloc[0]
     level.reported = {
-        "ttft_p50_ms": float(row["ttft_ms_p50"]),
-        "ttft_p99_ms": float(row["ttft_ms_p99"]),
-        "itl_p50_ms": float(row["itl_ms_p50"]),
-        "itl_p99_ms": float(row["itl_ms_p99"]),
-        "tpot_p50_ms": float(row["tpot_ms_p50"]),
-        "tpot_p99_ms": float(row["tpot_ms_p99"]),
+        "ttft_p50_ms": float(row["ttft_p50_ms"]),
+        "ttft_p99_ms": float(row["ttft_p99_ms"]),
+        "itl_p50_ms": float(row["itl_p50_ms"]),
+        "itl_p99_ms": float(row["itl_p99_ms"]),
+        "tpot_p50_ms": float(row["tpot_p50_ms"]),
+        "tpot_p99_ms": float(row["tpot_p99_ms"]),
     }
     manifest = trace.manifest
     origin = manifest.clock.origin_monotonic_ns if manifest.clock else 0

@@ -93,7 +93,7 @@ class Source(_Model):
     summaries: dict[str, dict[str, float | int | str | None]] = Field(
         default_factory=dict,
         description="Per-level numbers the imported tool computed itself, keyed by str(C), under "
-        "sweeper's level-frame names where one exists (duration_s, ttft_ms_mean...).",
+        "the names of sweeper's summary CSV where one exists (duration_s, ttft_ms_mean...).",
     )
 
 

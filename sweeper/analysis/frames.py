@@ -39,6 +39,9 @@ from sweeper.units import NS_PER_MS, NS_PER_S, finite
 
 PERCENTILES = (50, 90, 95, 99)
 STAT_NAMES = ("mean", "p50", "p90", "p95", "p99")
+# The latencies by their names in the summary JSON (``levels[].ttft_ms.p99``) and CSV
+# (``ttft_ms_p99``); the level frame names each statistic ``<metric>_<stat>_<unit>``
+# (``ttft_p99_ms``), like every other column: :func:`latency_column`.
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 REQUEST_COLUMNS = [
     "concurrency",
@@ -64,8 +67,9 @@ REQUEST_COLUMNS = [
 
 GAP_COLUMNS = ["concurrency", "request_id", "at_s", "itl_ms", "tokens", "gap_index"]
 
-# Level-frame values a tool's own summary can supply (fidelity "summary", or reconstructed
-# send times); the keys of ``Source.summaries[str(C)]`` use these names.
+# Values a tool's own summary can supply (fidelity "summary", or reconstructed send times): the
+# keys of ``Source.summaries[str(C)]`` on disk, named as in the summary CSV; SUMMARY_COLUMNS
+# gives the level-frame column of each.
 SUMMARY_KEYS = (
     "requests",
     "completed",
@@ -84,6 +88,18 @@ BASIS_TOOL_DURATION = "requests+tool_duration"
 BASIS_TOOL_SUMMARY = "tool_summary"
 
 _NAN = float("nan")
+
+
+def latency_column(metric: str, stat: str) -> str:
+    """The level-frame column of one latency statistic: ``("ttft_ms", "p99")`` -> ``ttft_p99_ms``."""
+    name, unit = metric.rsplit("_", 1)
+    return f"{name}_{stat}_{unit}"
+
+
+SUMMARY_COLUMNS = {
+    **{key: key for key in SUMMARY_KEYS},
+    **{f"{m}_{s}": latency_column(m, s) for m in LATENCY_METRICS for s in STAT_NAMES},
+}
 
 
 def stats(values: np.ndarray) -> dict[str, float]:
@@ -251,8 +267,9 @@ def level_frame(
 
     Columns: concurrency, requests, completed, failed, duration_s, output_throughput_tok_s,
     request_throughput_rps, total_token_throughput_tok_s, output_throughput_per_gpu_tok_s,
-    ``<metric>_<stat>`` for metric in ttft_ms / tpot_ms / itl_ms / e2el_ms and stat in mean / p50 /
-    p90 / p95 / p99, decode_tok_s_mean / _p50, gen_tok_s_mean / _p50, prompt_tokens_mean,
+    ``<metric>_<stat>_ms`` for metric in ttft / tpot / itl / e2el and stat in mean / p50 / p90 /
+    p95 / p99 (``ttft_p99_ms``), decode_mean_tok_s / decode_p50_tok_s, gen_mean_tok_s /
+    gen_p50_tok_s, prompt_tokens_mean,
     output_tokens_mean, multi_token_gap_share, and goodput_rps when ``slos`` is given
     (e.g. ``{"ttft_ms": 500, "tpot_ms": 50}``: a request counts when every value is <= its bound).
     Added since: cancelled, output_tokens_total, prompt_tokens_total, gaps, basis (``requests``,
@@ -346,15 +363,15 @@ def _level_row(
     }
     for metric in ("ttft_ms", "tpot_ms", "e2el_ms"):
         for stat, value in stats(ok[metric].to_numpy(dtype=float)).items():
-            row[f"{metric}_{stat}"] = value
+            row[latency_column(metric, stat)] = value
     for stat, value in stats(itl_ms).items():
-        row[f"itl_ms_{stat}"] = value
+        row[latency_column("itl_ms", stat)] = value
     row["gaps"] = int(itl_ms.size)
     row["multi_token_gap_share"] = float((gap_tokens > 1).mean()) if gap_tokens.size else _NAN
-    for metric in ("decode_tok_s", "gen_tok_s"):
-        s = stats(ok[metric].to_numpy(dtype=float))
-        row[f"{metric}_mean"] = s["mean"]
-        row[f"{metric}_p50"] = s["p50"]
+    for speed in ("decode", "gen"):
+        s = stats(ok[f"{speed}_tok_s"].to_numpy(dtype=float))
+        row[f"{speed}_mean_tok_s"] = s["mean"]
+        row[f"{speed}_p50_tok_s"] = s["p50"]
     row["prompt_tokens_mean"] = float(ok["prompt_tokens"].mean()) if len(ok) else _NAN
     row["output_tokens_mean"] = float(ok["output_tokens"].mean()) if len(ok) else _NAN
     if slos:
@@ -373,7 +390,7 @@ def _summary_row(
     row: dict[str, float | int | str] = {"concurrency": level}
     for key in SUMMARY_KEYS:
         value = summary.get(key)
-        row[key] = float(value) if isinstance(value, int | float) else _NAN
+        row[SUMMARY_COLUMNS[key]] = float(value) if isinstance(value, int | float) else _NAN
     for key in ("requests", "completed", "failed"):
         value = summary.get(key)
         row[key] = int(value) if isinstance(value, int | float) else 0

@@ -24,7 +24,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.analysis.frames import LATENCY_METRICS, STAT_NAMES, level_frame
+from sweeper.analysis.frames import LATENCY_METRICS, STAT_NAMES, latency_column, level_frame
 from sweeper.store import TraceSet
 from sweeper.units import finite, json_safe
 
@@ -84,7 +84,9 @@ def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, 
                 value = int(value)
             level[key] = value
         for metric in LATENCY_METRICS:
-            level[metric] = {stat: _number(record.get(f"{metric}_{stat}")) for stat in STAT_NAMES}
+            level[metric] = {
+                stat: _number(record.get(latency_column(metric, stat))) for stat in STAT_NAMES
+            }
         level["itl_available"] = level["itl_ms"]["mean"] is not None
         level["basis"] = record.get("basis")
         tool = source.summaries.get(str(level["concurrency"]))

@@ -93,8 +93,8 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
             N_("No level meets {slo}: even C={c} has p99 TTFT {ttft} and p50 ITL {itl}."),
             slo=slo_words(use),
             c=low,
-            ttft=_ms_or_q(data.value(low, "ttft_ms_p99")),
-            itl=_ms_or_q(data.value(low, "itl_ms_p50")),
+            ttft=_ms_or_q(data.value(low, "ttft_p99_ms")),
+            itl=_ms_or_q(data.value(low, "itl_p50_ms")),
         )
         numbers.update({"concurrency": None})
         return Finding(
@@ -108,22 +108,22 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
     v = lambda name, cc=c: data.value(cc, name)  # noqa: E731
     tput = v("output_throughput_tok_s")
     speedup = tput / base.tok_s
-    itl1 = data.value(base.concurrency, "itl_ms_p50")
+    itl1 = data.value(base.concurrency, "itl_p50_ms")
     numbers.update(
         {
             "concurrency": c,
             "throughput_tok_s": num(tput, 2),
             "speedup": num(speedup, 3),
-            "ttft_p50_ms": num(v("ttft_ms_p50"), 2),
-            "ttft_p99_ms": num(v("ttft_ms_p99"), 2),
-            "itl_p50_ms": num(v("itl_ms_p50"), 3),
-            "itl_p99_ms": num(v("itl_ms_p99"), 3),
-            "tpot_p50_ms": num(v("tpot_ms_p50"), 3),
-            "e2el_p50_ms": num(v("e2el_ms_p50"), 1),
+            "ttft_p50_ms": num(v("ttft_p50_ms"), 2),
+            "ttft_p99_ms": num(v("ttft_p99_ms"), 2),
+            "itl_p50_ms": num(v("itl_p50_ms"), 3),
+            "itl_p99_ms": num(v("itl_p99_ms"), 3),
+            "tpot_p50_ms": num(v("tpot_p50_ms"), 3),
+            "e2el_p50_ms": num(v("e2el_p50_ms"), 1),
         }
     )
     text = Text()
-    if finite(v("itl_ms_p50")) and finite(itl1) and v("itl_ms_p50") < itl1 * 1.005:
+    if finite(v("itl_p50_ms")) and finite(itl1) and v("itl_p50_ms") < itl1 * 1.005:
         # Not slower than one stream (to the percent shown): "-3% slower" would read wrong.
         text.add(
             N_(
@@ -133,10 +133,10 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
             c=c,
             tput=tok_s(tput),
             speedup=times(speedup),
-            itl=Ms(v("itl_ms_p50")),
-            ttft=_ms_or_q(v("ttft_ms_p99")),
+            itl=Ms(v("itl_p50_ms")),
+            ttft=_ms_or_q(v("ttft_p99_ms")),
         )
-    elif finite(v("itl_ms_p50")) and finite(itl1):
+    elif finite(v("itl_p50_ms")) and finite(itl1):
         text.add(
             N_(
                 "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "
@@ -145,9 +145,9 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
             c=c,
             tput=tok_s(tput),
             speedup=times(speedup),
-            itl=Ms(v("itl_ms_p50")),
-            slower=Pct(v("itl_ms_p50") / itl1 - 1, 0),
-            ttft=_ms_or_q(v("ttft_ms_p99")),
+            itl=Ms(v("itl_p50_ms")),
+            slower=Pct(v("itl_p50_ms") / itl1 - 1, 0),
+            ttft=_ms_or_q(v("ttft_p99_ms")),
         )
     else:
         text.add(
@@ -155,21 +155,21 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
             c=c,
             tput=tok_s(tput),
             speedup=times(speedup),
-            ttft=_ms_or_q(v("ttft_ms_p99")),
+            ttft=_ms_or_q(v("ttft_p99_ms")),
         )
     cs = data.concurrencies
     i = cs.index(c)
     if i + 1 < len(cs):
         n = cs[i + 1]
         gain = v("output_throughput_tok_s", n) / tput - 1
-        t0, t1 = v("ttft_ms_p99"), v("ttft_ms_p99", n)
+        t0, t1 = v("ttft_p99_ms"), v("ttft_p99_ms", n)
         breaks = [s.label for s in use if not s.met(data.levels.iloc[i + 1])]
         numbers["next"] = {
             "concurrency": n,
             "throughput_gain": num(gain),
             "ttft_p99_ms": num(t1, 2),
             "ttft_p99_ratio": num(t1 / t0 if finite(t0) and t0 > 0 else math.nan, 3),
-            "itl_p50_ms": num(v("itl_ms_p50", n), 3),
+            "itl_p50_ms": num(v("itl_p50_ms", n), 3),
             "breaks": breaks,
         }
         if finite(t0) and finite(t1) and t0 > 0:
@@ -259,8 +259,8 @@ def slo_table(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> Fi
             "concurrency": c,
             "recommended": c is not None and c == rec,
             "throughput_tok_s": num(data.value(c, "output_throughput_tok_s"), 2) if c else None,
-            "ttft_p99_ms": num(data.value(c, "ttft_ms_p99"), 2) if c else None,
-            "itl_p50_ms": num(data.value(c, "itl_ms_p50"), 3) if c else None,
+            "ttft_p99_ms": num(data.value(c, "ttft_p99_ms"), 2) if c else None,
+            "itl_p50_ms": num(data.value(c, "itl_p50_ms"), 3) if c else None,
             "no_data": False,
         }
         rows.append(row)
@@ -306,7 +306,7 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
     """Why per-request speed drops; ``tail_cause`` (the tail_cause finding's cause) names the
     long stalls inside decoding."""
     uses = ["per-request generation speed and E2EL split per level (client)"]
-    gen = data.col("gen_tok_s_mean")
+    gen = data.col("gen_mean_tok_s")
     per_gpu = data.col("output_throughput_per_gpu_tok_s")
     cs = data.concurrencies
     if gen is None or len(cs) < 2:
@@ -471,13 +471,13 @@ def _attribution(data: RunFrames, c0: int, c1: int, tail_cause: str | None) -> d
     steps (the median gap grew) and long stalls (the mean gap grew beyond the median), the
     stalls named after the tail's cause."""
     v = data.value
-    e0, e1 = v(c0, "e2el_ms_mean"), v(c1, "e2el_ms_mean")
+    e0, e1 = v(c0, "e2el_mean_ms"), v(c1, "e2el_mean_ms")
     added = (e1 - e0) / 1e3 if finite(e0) and finite(e1) else math.nan
     out: dict[str, Any] = {"added_s": added, "_server": False}
     tokens = v(c1, "output_tokens_mean")
     steps = tokens - 1 if finite(tokens) else math.nan
-    itl0, itl1 = v(c0, "itl_ms_p50"), v(c1, "itl_ms_p50")
-    tp0, tp1 = v(c0, "tpot_ms_mean"), v(c1, "tpot_ms_mean")
+    itl0, itl1 = v(c0, "itl_p50_ms"), v(c1, "itl_p50_ms")
+    tp0, tp1 = v(c0, "tpot_mean_ms"), v(c1, "tpot_mean_ms")
     sq0, sq1 = (
         data.server_value(c0, "queue_time_mean_ms"),
         data.server_value(c1, "queue_time_mean_ms"),
@@ -491,7 +491,7 @@ def _attribution(data: RunFrames, c0: int, c1: int, tail_cause: str | None) -> d
         out["queueing"] = (sq1 - sq0) / 1e3
         own_prefill = (sp1 - sp0) / 1e3
     else:
-        t0, t1 = v(c0, "ttft_ms_mean"), v(c1, "ttft_ms_mean")
+        t0, t1 = v(c0, "ttft_mean_ms"), v(c1, "ttft_mean_ms")
         if finite(t0) and finite(t1):
             out["waiting_for_first_token"] = (t1 - t0) / 1e3
         own_prefill = 0.0

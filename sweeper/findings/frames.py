@@ -114,7 +114,7 @@ def request_lengths(data: RunFrames) -> tuple[float | None, float | None]:
 
 
 def itl_percentiles(data: RunFrames) -> tuple[list[float], list[float], list[float]] | None:
-    p50, p90, p99 = data.col("itl_ms_p50"), data.col("itl_ms_p90"), data.col("itl_ms_p99")
+    p50, p90, p99 = data.col("itl_p50_ms"), data.col("itl_p90_ms"), data.col("itl_p99_ms")
     if p50 is None or p99 is None:
         return None
     p90_list = [float(x) for x in p90] if p90 is not None else [math.nan] * len(p50)

@@ -74,8 +74,8 @@ class SLO(BaseModel):
 
     @property
     def column(self) -> str:
-        """The level_frame column it bounds (``ttft_ms_p99``)."""
-        return f"{self.metric}_ms_{self.stat}"
+        """The level_frame column it bounds (``ttft_p99_ms``)."""
+        return f"{self.metric}_{self.stat}_ms"
 
     @property
     def label(self) -> str:

@@ -76,7 +76,7 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
     # The roofline bounds decoding: compare the single stream's decode speed (its TTFT left out,
     # which matters for long prompts), else its output throughput.
     throughput = data.value(1, "output_throughput_tok_s")
-    decode = data.value(1, "decode_tok_s_mean")
+    decode = data.value(1, "decode_mean_tok_s")
     measured = decode if finite(decode) else throughput
     ratio = measured / ideal
     sentence = (

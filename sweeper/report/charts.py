@@ -168,16 +168,16 @@ def chart_throughput_latency(
     lab = _labels("throughput_latency", labels)
     _need(
         levels,
-        ["concurrency", "output_throughput_tok_s", "ttft_ms_p50", "ttft_ms_p99"],
+        ["concurrency", "output_throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms"],
         "throughput_latency",
     )
     long = levels.melt(
         id_vars=["concurrency", "output_throughput_tok_s"],
-        value_vars=["ttft_ms_p50", "ttft_ms_p99"],
+        value_vars=["ttft_p50_ms", "ttft_p99_ms"],
         var_name="stat",
         value_name="ttft_ms",
     )
-    long["series"] = long["stat"].map({"ttft_ms_p50": lab["p50"], "ttft_ms_p99": lab["p99"]})
+    long["series"] = long["stat"].map({"ttft_p50_ms": lab["p50"], "ttft_p99_ms": lab["p99"]})
     long["ttft_ms"] = _positive(long["ttft_ms"])
     long["point_label"] = "C=" + long["concurrency"].astype(str)
     long = long.dropna(subset=["ttft_ms", "output_throughput_tok_s"])
@@ -344,17 +344,17 @@ def chart_itl_split(
 ) -> alt.LayerChart:
     """ITL p50 / p90 / p99 / mean per level on a log axis, the p50-p99 span shaded."""
     lab = _labels("itl_split", labels)
-    stats = ["itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean"]
+    stats = ["itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "itl_mean_ms"]
     _need(levels, ["concurrency", *stats], "itl_split")
     frame = levels[["concurrency", *stats]].sort_values("concurrency").copy()
     for column in stats:
         frame[column] = _positive(frame[column])
-    frame = frame.dropna(subset=["itl_ms_p50"])
+    frame = frame.dropna(subset=["itl_p50_ms"])
     names = {
-        "itl_ms_p50": lab["p50"],
-        "itl_ms_p90": lab["p90"],
-        "itl_ms_p99": lab["p99"],
-        "itl_ms_mean": lab["mean"],
+        "itl_p50_ms": lab["p50"],
+        "itl_p90_ms": lab["p90"],
+        "itl_p99_ms": lab["p99"],
+        "itl_mean_ms": lab["mean"],
     }
     long = frame.melt(
         id_vars=["concurrency"], value_vars=stats, var_name="stat", value_name="itl_ms"
@@ -372,12 +372,12 @@ def chart_itl_split(
         .mark_area(opacity=0.15, color=_VERMILION)
         .encode(
             x=x,
-            y=alt.Y("itl_ms_p50:Q", title=lab["y"], scale=alt.Scale(type="log")),
-            y2="itl_ms_p99:Q",
+            y=alt.Y("itl_p50_ms:Q", title=lab["y"], scale=alt.Scale(type="log")),
+            y2="itl_p99_ms:Q",
             tooltip=[
                 alt.Tooltip("concurrency:Q"),
-                alt.Tooltip("itl_ms_p50:Q", format=",.1f"),
-                alt.Tooltip("itl_ms_p99:Q", format=",.1f"),
+                alt.Tooltip("itl_p50_ms:Q", format=",.1f"),
+                alt.Tooltip("itl_p99_ms:Q", format=",.1f"),
             ],
         )
     )
@@ -412,19 +412,19 @@ def chart_e2el_breakdown(
 ) -> alt.Chart:
     """p50 end-to-end latency per level, stacked as TTFT (waiting for the first token) + decode."""
     lab = _labels("e2el_breakdown", labels)
-    _need(levels, ["concurrency", "ttft_ms_p50", "e2el_ms_p50"], "e2el_breakdown")
+    _need(levels, ["concurrency", "ttft_p50_ms", "e2el_p50_ms"], "e2el_breakdown")
     frame = (
-        levels[["concurrency", "ttft_ms_p50", "e2el_ms_p50"]].dropna().sort_values("concurrency")
+        levels[["concurrency", "ttft_p50_ms", "e2el_p50_ms"]].dropna().sort_values("concurrency")
     )
-    frame = frame.assign(decode_ms=(frame["e2el_ms_p50"] - frame["ttft_ms_p50"]).clip(lower=0))
+    frame = frame.assign(decode_ms=(frame["e2el_p50_ms"] - frame["ttft_p50_ms"]).clip(lower=0))
     long = frame.melt(
         id_vars=["concurrency"],
-        value_vars=["ttft_ms_p50", "decode_ms"],
+        value_vars=["ttft_p50_ms", "decode_ms"],
         var_name="kind",
         value_name="ms",
     )
-    long["part"] = long["kind"].map({"ttft_ms_p50": lab["ttft"], "decode_ms": lab["decode"]})
-    long["stack_order"] = long["kind"].map({"ttft_ms_p50": 0, "decode_ms": 1})
+    long["part"] = long["kind"].map({"ttft_p50_ms": lab["ttft"], "decode_ms": lab["decode"]})
+    long["stack_order"] = long["kind"].map({"ttft_p50_ms": 0, "decode_ms": 1})
     chart = (
         _base(long)
         .mark_bar()
@@ -643,10 +643,10 @@ def chart_compare_latency(
     """Several runs' throughput against p99 TTFT, one curve per run (``run`` column)."""
     lab = _labels("compare_latency", labels)
     frame = _compare_frame(
-        levels_by_run, ["output_throughput_tok_s", "ttft_ms_p99"], "compare_latency"
+        levels_by_run, ["output_throughput_tok_s", "ttft_p99_ms"], "compare_latency"
     )
-    frame = frame[frame["ttft_ms_p99"] > 0]
-    return _compare_curves(frame, "output_throughput_tok_s", "ttft_ms_p99", lab, log_y=True)
+    frame = frame[frame["ttft_p99_ms"] > 0]
+    return _compare_curves(frame, "output_throughput_tok_s", "ttft_p99_ms", lab, log_y=True)
 
 
 def chart_compare_per_gpu(
@@ -656,10 +656,10 @@ def chart_compare_per_gpu(
     curve of each run; up and to the right is better."""
     lab = _labels("compare_per_gpu", labels)
     frame = _compare_frame(
-        levels_by_run, ["gen_tok_s_p50", "output_throughput_per_gpu_tok_s"], "compare_per_gpu"
+        levels_by_run, ["gen_p50_tok_s", "output_throughput_per_gpu_tok_s"], "compare_per_gpu"
     )
     return _compare_curves(
-        frame, "gen_tok_s_p50", "output_throughput_per_gpu_tok_s", lab, log_y=False
+        frame, "gen_p50_tok_s", "output_throughput_per_gpu_tok_s", lab, log_y=False
     )
 
 

@@ -300,7 +300,7 @@ def _curve_sections(page: _Page) -> None:
 
 def _tail_sections(page: _Page) -> None:
     run, lang = page.run, page.lang
-    levels = run.levels.dropna(subset=["itl_ms_p50"])
+    levels = run.levels.dropna(subset=["itl_p50_ms"])
     if not levels.empty:
         page.heading(tr(lang, "The ITL tail"))
         page.figure(
@@ -314,7 +314,7 @@ def _tail_sections(page: _Page) -> None:
         )
         page.finding("itl_tail")
     has_cause = run.finding("tail_cause") is not None
-    e2el = run.levels.dropna(subset=["e2el_ms_p50", "ttft_ms_p50"])
+    e2el = run.levels.dropna(subset=["e2el_p50_ms", "ttft_p50_ms"])
     if has_cause or not e2el.empty:
         page.heading(tr(lang, "Diagnosis"))
     if has_cause:
@@ -451,12 +451,12 @@ def _data_table(page: _Page) -> None:
             num(row["output_throughput_tok_s"], lang, 1),
             num(row["output_throughput_per_gpu_tok_s"], lang, 1),
             efficiency,
-            num(row["ttft_ms_p50"], lang),
-            num(row["ttft_ms_p99"], lang),
-            num(row["tpot_ms_p50"], lang, 2),
-            num(row["itl_ms_p50"], lang, 2),
-            num(row["itl_ms_p99"], lang, 2),
-            num(row["e2el_ms_p50"], lang),
+            num(row["ttft_p50_ms"], lang),
+            num(row["ttft_p99_ms"], lang),
+            num(row["tpot_p50_ms"], lang, 2),
+            num(row["itl_p50_ms"], lang, 2),
+            num(row["itl_p99_ms"], lang, 2),
+            num(row["e2el_p50_ms"], lang),
         ]
         if kv is not None:
             cells.append(fmt_percent(c * kv[1] / kv[0], lang))
@@ -503,8 +503,8 @@ def _slo_section(page: _Page) -> None:
                 f"{mark}{esc(row.get('slo', ''))}{mark}",
                 f"C={chosen}" if chosen is not None else tr(lang, "none meets it"),
                 num(row.get("throughput_tok_s"), lang),
-                num(row.get("ttft_ms_p99"), lang),
-                num(row.get("itl_ms_p50"), lang, 2),
+                num(row.get("ttft_p99_ms"), lang),
+                num(row.get("itl_p50_ms"), lang, 2),
             ]
         )
     page.add(table(header, body))

@@ -158,7 +158,7 @@ def test_json_contract_has_no_nan() -> None:
 
 def test_preemption_without_a_tail_is_still_named() -> None:
     data = reference_frames()
-    data.levels["itl_ms_p99"] = data.levels["itl_ms_p50"] * 1.2  # no tail anywhere
+    data.levels["itl_p99_ms"] = data.levels["itl_p50_ms"] * 1.2  # no tail anywhere
     assert data.server is not None
     data.server.loc[data.server["concurrency"] == 64, "preemptions_delta"] = 3.0
     f = finding(analyze(data), "tail_cause")
@@ -170,7 +170,7 @@ def test_preemption_without_a_tail_is_still_named() -> None:
 
 def test_no_tail_no_preemption_is_none() -> None:
     data = reference_frames()
-    data.levels["itl_ms_p99"] = data.levels["itl_ms_p50"] * 1.2
+    data.levels["itl_p99_ms"] = data.levels["itl_p50_ms"] * 1.2
     f = finding(analyze(data), "tail_cause")
     assert f.numbers["cause"] == "none" and f.severity == "info"
     assert finding(analyze(data), "itl_tail").numbers["opens_at"] is None

@@ -111,12 +111,12 @@ def test_level_frame_definitions(hand_made: TraceSet) -> None:
     assert row["output_throughput_tok_s"] == pytest.approx(7 / 0.420)
     assert row["request_throughput_rps"] == pytest.approx(2 / 0.420)
     assert row["total_token_throughput_tok_s"] == pytest.approx((7 + 200) / 0.420)
-    assert row["ttft_ms_mean"] == pytest.approx(75)
-    assert row["ttft_ms_p50"] == pytest.approx(np.percentile([100, 50], 50))
-    assert row["ttft_ms_p99"] == pytest.approx(np.percentile([100, 50], 99))
-    assert row["itl_ms_mean"] == pytest.approx(25)
-    assert row["itl_ms_p90"] == pytest.approx(np.percentile([10, 30, 20, 40], 90))
-    assert row["tpot_ms_mean"] == pytest.approx((15 + 40) / 2)
+    assert row["ttft_mean_ms"] == pytest.approx(75)
+    assert row["ttft_p50_ms"] == pytest.approx(np.percentile([100, 50], 50))
+    assert row["ttft_p99_ms"] == pytest.approx(np.percentile([100, 50], 99))
+    assert row["itl_mean_ms"] == pytest.approx(25)
+    assert row["itl_p90_ms"] == pytest.approx(np.percentile([10, 30, 20, 40], 90))
+    assert row["tpot_mean_ms"] == pytest.approx((15 + 40) / 2)
     assert row["multi_token_gap_share"] == pytest.approx(0.25)
     assert row["goodput_rps"] == pytest.approx(1 / 0.420)  # only b meets TTFT <= 60 ms
     assert row["basis"] == "requests"
@@ -143,13 +143,13 @@ def test_synthetic_sweep_has_the_timings_it_was_built_with(tmp_path: Path) -> No
     ]
     folder = write_synthetic_run(tmp_path, "s", levels, output_len=128, warmup=2)
     frame = level_frame(load_trace_set(folder)).set_index("concurrency")
-    assert frame.loc[1, "ttft_ms_p50"] == pytest.approx(40)
-    assert frame.loc[1, "itl_ms_p99"] == pytest.approx(10)
+    assert frame.loc[1, "ttft_p50_ms"] == pytest.approx(40)
+    assert frame.loc[1, "itl_p99_ms"] == pytest.approx(10)
     assert frame.loc[8, "failed"] == 2
-    assert frame.loc[8, "itl_ms_p50"] == pytest.approx(20)
-    assert frame.loc[8, "itl_ms_p99"] == pytest.approx(200)  # the tail: 1 gap in 32
+    assert frame.loc[8, "itl_p50_ms"] == pytest.approx(20)
+    assert frame.loc[8, "itl_p99_ms"] == pytest.approx(200)  # the tail: 1 gap in 32
     # 127 gaps per request, every 32nd a stall: gaps 32, 64, 96 -> 3 stalls
-    assert frame.loc[8, "tpot_ms_mean"] == pytest.approx((124 * 20 + 3 * 200) / 127, rel=1e-6)
+    assert frame.loc[8, "tpot_mean_ms"] == pytest.approx((124 * 20 + 3 * 200) / 127, rel=1e-6)
 
 
 def test_per_request_fidelity_has_no_itl(tmp_path: Path) -> None:
@@ -171,9 +171,9 @@ def test_per_request_fidelity_has_no_itl(tmp_path: Path) -> None:
         source=Source(tool="llmperf", fidelity="per_request"),
     )
     row = level_frame(ts).iloc[0]
-    assert row["ttft_ms_mean"] == pytest.approx(200) and row["e2el_ms_p50"] == pytest.approx(900)
-    assert row["tpot_ms_mean"] == pytest.approx(100)
-    assert np.isnan(row["itl_ms_p50"]) and row["gaps"] == 0
+    assert row["ttft_mean_ms"] == pytest.approx(200) and row["e2el_p50_ms"] == pytest.approx(900)
+    assert row["tpot_mean_ms"] == pytest.approx(100)
+    assert np.isnan(row["itl_p50_ms"]) and row["gaps"] == 0
     assert row["duration_s"] == pytest.approx(3.9)
 
 
@@ -212,8 +212,8 @@ def test_summary_only_levels_come_from_the_tool(tmp_path: Path) -> None:
     ts = write_set(tmp_path, [], source=source)
     frame = level_frame(ts)
     row = frame.iloc[0]
-    assert row["concurrency"] == 4 and row["requests"] == 11 and row["ttft_ms_mean"] == 33.0
-    assert np.isnan(row["itl_ms_p50"]) and row["basis"] == "tool_summary"
+    assert row["concurrency"] == 4 and row["requests"] == 11 and row["ttft_mean_ms"] == 33.0
+    assert np.isnan(row["itl_p50_ms"]) and row["basis"] == "tool_summary"
 
 
 def test_empty_trace_set_gives_empty_frames(tmp_path: Path) -> None:

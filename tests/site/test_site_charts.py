@@ -117,7 +117,7 @@ def test_marginal_gain_bars_match_throughput_differences(frames) -> None:
 def test_itl_split_has_four_statistics_and_a_p50_p99_band(frames) -> None:
     spec = charts.chart_itl_split(frames[0]).to_dict()
     band, lines = _layers(spec)
-    assert band["mark"]["type"] == "area" and band["encoding"]["y2"]["field"] == "itl_ms_p99"
+    assert band["mark"]["type"] == "area" and band["encoding"]["y2"]["field"] == "itl_p99_ms"
     assert lines["encoding"]["color"]["scale"]["domain"] == ["p50", "p90", "p99", "mean"]
     assert lines["encoding"]["y"]["scale"]["type"] == "log"
 
@@ -126,7 +126,7 @@ def test_e2el_breakdown_stacks_ttft_and_decode_to_the_p50_e2el(frames) -> None:
     levels = frames[0]
     spec = charts.chart_e2el_breakdown(levels).to_dict()
     rows = _data_rows(spec)
-    for c, e2el in levels.set_index("concurrency")["e2el_ms_p50"].items():
+    for c, e2el in levels.set_index("concurrency")["e2el_p50_ms"].items():
         assert sum(r["ms"] for r in rows if r["concurrency"] == c) == pytest.approx(e2el)
     assert spec["encoding"]["y"]["stack"] == "zero"
 

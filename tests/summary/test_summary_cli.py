@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sweeper.analysis.frames import level_frame
+from sweeper.analysis.frames import latency_column, level_frame
 from sweeper.cli import cli
 from sweeper.schema import RequestTrace, Source
 from sweeper.store import load_trace_set, write_trace_set
@@ -59,7 +59,7 @@ def test_json_contract(run: Path) -> None:
             assert set(lv[metric]) == STATS
             for stat in STATS:
                 assert lv[metric][stat] == pytest.approx(
-                    frame.loc[lv["concurrency"], f"{metric}_{stat}"]
+                    frame.loc[lv["concurrency"], latency_column(metric, stat)]
                 )
         assert isinstance(lv["completed"], int) and isinstance(lv["failed"], int)
         assert lv["output_throughput_tok_s"] == pytest.approx(
