@@ -5,7 +5,7 @@ command, an option or a help text:
 
     .venv/bin/cog -r docs/cli.md docs/cli.zh.md
 
-tests/cli/test_cli_reference.py fails until the pages match what this module writes now.
+tests/test_cli_reference.py fails until the pages match what this module writes now.
 
 The help is taken from the click group itself (``sweeper.cli:cli``) through click's
 ``CliRunner``, at a fixed terminal width, so it is the same on every machine whatever the

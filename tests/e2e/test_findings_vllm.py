@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import SWEEPER, Recorded
-from .test_record_vllm import scraped
+from tests.e2e.conftest import SWEEPER, Recorded
+from tests.e2e.test_record_vllm import scraped
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -11,8 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sweeper.facts.serverlog import parse_server_log
 from sweeper.schema import MetricSample
-
-from .conftest import Recorded
+from tests.e2e.conftest import Recorded
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

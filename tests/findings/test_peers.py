@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _peers import AIPERF_011, AIPERF_08, LLMPERF, peer, run_cli
+
+from tests._peers import AIPERF_011, AIPERF_08, LLMPERF, peer, run_cli
 
 
 def findings_of(kind: str, name: str, out: Path, *extra: str) -> dict[str, dict[str, Any]]:

@@ -6,8 +6,7 @@ import pytest
 
 from sweeper.findings import FINDING_IDS, analyze, finding, findings_json
 from sweeper.schema import Fact
-
-from .reference import reference_frames
+from tests.findings.reference import reference_frames
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.findings import analyze_run, finding
 from sweeper.schema import Fact, MetricSample, Series, ServerConfig, StampCheck
 from sweeper.store import load_trace_set
-
-from .sim import write_simulated_run
+from tests.findings.sim import write_simulated_run
 
 LEVELS = [1, 2, 4, 8]
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _peers import import_and_summarize, level
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers import import_run
+from tests._peers import import_and_summarize, level
 
 T0 = 1_764_417_600.0  # Unix seconds
 TOL_MS = 1e-3  # GuideLLM keeps float seconds since 1970: ~0.2 us of resolution

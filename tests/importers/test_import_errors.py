@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _peers import AIPERF_011, LLMPERF, peer
 from click.testing import CliRunner
 
 from sweeper.cli import cli
 from sweeper.errors import ImportFormatError
 from sweeper.importers import import_run
+from tests._peers import AIPERF_011, LLMPERF, peer
 
 
 def nothing_written(out: Path) -> bool:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _peers import (
+
+from tests._peers import (
     AIPERF_011,
     AIPERF_08,
     LLMPERF,

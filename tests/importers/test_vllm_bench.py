@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _peers import import_and_summarize, level
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers import import_run
 from sweeper.store import load_trace_set
+from tests._peers import import_and_summarize, level
 
 PERCENTILES = (50, 90, 95, 99)
 TOL_MS = 2e-6

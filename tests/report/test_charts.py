@@ -10,11 +10,11 @@ import jsonschema
 import pandas as pd
 import pytest
 import vl_convert
-from site_helpers import RUN_A, RUN_B
 
 from sweeper.analysis.frames import level_frame, request_frame
 from sweeper.report import charts
 from sweeper.store import load_trace_set
+from tests.report.site_helpers import RUN_A, RUN_B
 
 SCHEMA = json.loads(
     (Path(alt.__file__).parent / "vegalite" / "v6" / "schema" / "vega-lite-schema.json").read_text()

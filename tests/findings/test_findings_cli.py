@@ -11,8 +11,7 @@ from click.testing import CliRunner
 from sweeper.cli import cli
 from sweeper.findings import FINDING_IDS, TAIL_CAUSES
 from sweeper.schema import Fact, ServerConfig
-
-from .sim import write_simulated_run
+from tests.findings.sim import write_simulated_run
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
 
 from sweeper.store import discover_trace_sets
+from tests.report.site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -11,8 +11,7 @@ import pytest
 from sweeper.analysis.thresholds import Thresholds
 from sweeper.facts.hardware import GPU_SPECS, MODEL_SPECS
 from sweeper.findings import FINDING_IDS, TAIL_CAUSES, analyze
-
-from .reference import reference_frames
+from tests.findings.reference import reference_frames
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = [DOCS / "findings.md", DOCS / "findings.zh.md"]

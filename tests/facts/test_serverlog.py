@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from _peers import PEERS, require_peers
 
 from sweeper.facts.serverlog import apply_server_log, parse_server_log
 from sweeper.schema import Fact, RunManifest, Source
 from sweeper.units import GIB
+from tests._peers import PEERS, require_peers
 
 DATA = Path(__file__).parent / "data"
 CPU_LOG = DATA / "vllm-0.32-cpu-default.log"

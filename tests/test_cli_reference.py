@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cogapp import Cog
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import cli_reference  # noqa: E402

@@ -9,7 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbconvert.preprocessors import ExecutePreprocessor
-from site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
+
+from tests.report.site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from site_helpers import BROKEN, MARKDOWN_MODEL, RUN_A, RUN_B, RUN_XSS, XSS
 
 from sweeper.cli import cli
 from sweeper.errors import SweeperError
@@ -19,6 +18,7 @@ from sweeper.report.markup import chart_html, esc
 from sweeper.report.pages import RunReport, render_run_page
 from sweeper.report.run_report import collect_run
 from sweeper.store import discover_trace_sets, load_trace_set
+from tests.report.site_helpers import BROKEN, MARKDOWN_MODEL, RUN_A, RUN_B, RUN_XSS, XSS
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from site_helpers import ROOT, VERSION, copy_project_site, mkdocs_build, write_site_traces
 
 from sweeper.store import discover_trace_sets
+from tests.report.site_helpers import (
+    ROOT,
+    VERSION,
+    copy_project_site,
+    mkdocs_build,
+    write_site_traces,
+)
 
 
 @pytest.fixture(scope="session")
