@@ -13,7 +13,13 @@ from sweeper.testing.factories import (
 
 # The server's names load on first use: ``python -m sweeper.testing.server`` must not find the
 # module already imported by this package (runpy warns about that).
-_SERVER_NAMES = ("FaultRule", "ServerConfig", "closed_port_url", "run_server", "spawn_server")
+_SERVER_NAMES = (
+    "FaultRule",
+    "ScriptedServerConfig",
+    "closed_port_url",
+    "run_server",
+    "spawn_server",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -26,7 +32,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FaultRule",
-    "ServerConfig",
+    "ScriptedServerConfig",
     "SyntheticLevel",
     "closed_port_url",
     "run_server",

@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from sweeper.errors import ConfigError
-from sweeper.testing.config import ServerConfig
+from sweeper.testing.config import ScriptedServerConfig
 from sweeper.testing.faults import FAULT_HEADER, FaultPicker, Faults, split_points
 from sweeper.testing.httpio import BadRequest, Connection, Request, read_request
 from sweeper.testing.timing import NS_PER_S, BatchingEngine, schedule_chunks
@@ -83,8 +83,8 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
 class ScriptedServer:
     """The server; ``await start()`` in a running loop, then ``base_url``; ``await close()``."""
 
-    def __init__(self, config: ServerConfig | None = None) -> None:
-        self.config = config or ServerConfig()
+    def __init__(self, config: ScriptedServerConfig | None = None) -> None:
+        self.config = config or ScriptedServerConfig()
         self.truths = TruthStore(self.config.truth_limit)
         self._faults = FaultPicker(self.config.faults, self.config.seed)
         self._engine: BatchingEngine | None = None
@@ -417,7 +417,7 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-def _config_dict(config: ServerConfig) -> dict[str, Any]:
+def _config_dict(config: ScriptedServerConfig) -> dict[str, Any]:
     data = dataclasses.asdict(config)
     data["faults"] = [dataclasses.asdict(rule) for rule in config.faults]
     return data

@@ -1,9 +1,9 @@
 """Configuration of the scripted server (:mod:`sweeper.testing.server`).
 
-One frozen dataclass, :class:`ServerConfig`, holds everything: what the server says about itself
-(model name, max_model_len, version), which timing model produces the tokens, the toy tokenizer's
-output vocabulary, parameter rejection (to mimic servers that refuse ``ignore_eos``), and the fault
-rules applied to requests that do not ask for a fault themselves.
+One frozen dataclass, :class:`ScriptedServerConfig`, holds everything: what the server says about
+itself (model name, max_model_len, version), which timing model produces the tokens, the toy
+tokenizer's output vocabulary, parameter rejection (to mimic servers that refuse ``ignore_eos``),
+and the fault rules applied to requests that do not ask for a fault themselves.
 
 Two timing models:
 
@@ -63,7 +63,7 @@ class FaultRule:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ScriptedServerConfig:
     """Everything the scripted server does; see the module docstring for the timing models."""
 
     host: str = "127.0.0.1"
@@ -141,6 +141,6 @@ class ServerConfig:
     def num_blocks(self) -> int:
         return self.kv_capacity_tokens // self.block_size
 
-    def replace(self, **changes: object) -> ServerConfig:
+    def replace(self, **changes: object) -> ScriptedServerConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -77,7 +77,7 @@ import httpx
 
 from sweeper.errors import ConfigError
 from sweeper.testing.api import ScriptedServer
-from sweeper.testing.config import FaultRule, ServerConfig
+from sweeper.testing.config import FaultRule, ScriptedServerConfig
 
 LoopKind = Literal["auto", "asyncio", "uvloop"]
 READY_PREFIX = "sweeper scripted server listening on "
@@ -86,7 +86,7 @@ START_TIMEOUT_S = 30.0
 __all__ = [
     "FaultRule",
     "ScriptedServer",
-    "ServerConfig",
+    "ScriptedServerConfig",
     "ServerProcess",
     "ServerThread",
     "closed_port_url",
@@ -119,15 +119,17 @@ def closed_port_url(host: str = "127.0.0.1") -> str:
     return f"http://{host}:{port}"
 
 
-def _build_config(config: ServerConfig | None, overrides: dict[str, Any]) -> ServerConfig:
-    base = config or ServerConfig()
+def _build_config(
+    config: ScriptedServerConfig | None, overrides: dict[str, Any]
+) -> ScriptedServerConfig:
+    base = config or ScriptedServerConfig()
     return base.replace(**overrides) if overrides else base
 
 
 class ServerThread:
     """The server on a background thread with its own event loop. Thread-safe accessors."""
 
-    def __init__(self, config: ServerConfig, loop: LoopKind = "auto") -> None:
+    def __init__(self, config: ScriptedServerConfig, loop: LoopKind = "auto") -> None:
         self.config = config
         self._loop_kind = loop
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -218,10 +220,11 @@ class ServerThread:
 
 @contextlib.contextmanager
 def run_server(
-    config: ServerConfig | None = None, *, loop: LoopKind = "auto", **overrides: Any
+    config: ScriptedServerConfig | None = None, *, loop: LoopKind = "auto", **overrides: Any
 ) -> Iterator[ServerThread]:
     """Run the server on a free loopback port in a background thread for the ``with`` block.
-    ``overrides`` are :class:`ServerConfig` fields (``itl_ms=5``, ``mode="batching"``...)."""
+    ``overrides`` are :class:`ScriptedServerConfig` fields (``itl_ms=5``,
+    ``mode="batching"``...)."""
     server = ServerThread(_build_config(config, overrides), loop=loop).start()
     try:
         yield server
@@ -231,12 +234,14 @@ def run_server(
 
 # -- a separate process ----------------------------------------------------------------------
 
-_FLAG_FIELDS = [f.name for f in dataclasses.fields(ServerConfig) if f.name not in ("extra",)]
+_FLAG_FIELDS = [
+    f.name for f in dataclasses.fields(ScriptedServerConfig) if f.name not in ("extra",)
+]
 
 
-def config_to_args(config: ServerConfig) -> list[str]:
+def config_to_args(config: ScriptedServerConfig) -> list[str]:
     """CLI arguments that rebuild ``config`` (fields left at their defaults are omitted)."""
-    default = ServerConfig()
+    default = ScriptedServerConfig()
     args: list[str] = []
     for name in _FLAG_FIELDS:
         value = getattr(config, name)
@@ -264,7 +269,7 @@ def config_to_args(config: ServerConfig) -> list[str]:
 class ServerProcess:
     """The server in a child process (``python -m sweeper.testing.server``); truth over HTTP."""
 
-    def __init__(self, config: ServerConfig, loop: LoopKind = "auto") -> None:
+    def __init__(self, config: ScriptedServerConfig, loop: LoopKind = "auto") -> None:
         self.config = config
         self._loop_kind = loop
         self.process: subprocess.Popen[str] | None = None
@@ -332,7 +337,7 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def spawn_server(
-    config: ServerConfig | None = None, *, loop: LoopKind = "auto", **overrides: Any
+    config: ScriptedServerConfig | None = None, *, loop: LoopKind = "auto", **overrides: Any
 ) -> Iterator[ServerProcess]:
     """Like :func:`run_server`, in a child process."""
     server = ServerProcess(_build_config(config, overrides), loop=loop).start()
@@ -358,7 +363,7 @@ def parse_fault_rule(text: str) -> FaultRule:
         raise ConfigError(f"--fault {text!r}: bad rate {rate!r} ({exc})") from exc
 
 
-async def _serve_forever(config: ServerConfig) -> None:
+async def _serve_forever(config: ScriptedServerConfig) -> None:
     server = ScriptedServer(config)
     await server.start()
     print(READY_PREFIX + server.base_url, flush=True)
@@ -372,7 +377,7 @@ async def _serve_forever(config: ServerConfig) -> None:
     await server.close()
 
 
-_D = ServerConfig()
+_D = ScriptedServerConfig()
 
 
 @click.command(name="sweeper-scripted-server")
@@ -425,7 +430,7 @@ def main(
 ) -> None:
     """Run sweeper's scripted OpenAI-compatible server until SIGINT/SIGTERM."""
     try:
-        config = ServerConfig(
+        config = ScriptedServerConfig(
             version=server_version,
             vocabulary=tuple(w for w in vocabulary.split(",") if w),
             reject_params=reject_params,

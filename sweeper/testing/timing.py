@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
-from sweeper.testing.config import ServerConfig
+from sweeper.testing.config import ScriptedServerConfig
 from sweeper.testing.truth import RequestTruth
 from sweeper.units import NS_PER_MS, NS_PER_S
 
@@ -32,7 +32,7 @@ async def _sleep_until_ns(due_ns: int) -> None:
 
 
 async def schedule_chunks(
-    config: ServerConfig, truth: RequestTruth, total_tokens: int
+    config: ScriptedServerConfig, truth: RequestTruth, total_tokens: int
 ) -> AsyncGenerator[int, None]:
     """Fixed schedule: the first chunk (one token) ``ttft_ms`` after the request arrived, then a
     chunk of ``tokens_per_chunk`` tokens every ``itl_ms``. Deadlines are absolute, so a late timer
@@ -85,10 +85,10 @@ class StepStats:
 
 
 class BatchingEngine:
-    """A continuous-batching step loop (see the module docstring and ``ServerConfig``)."""
+    """A continuous-batching step loop (see the module docstring and ``ScriptedServerConfig``)."""
 
     def __init__(
-        self, config: ServerConfig, on_step: Callable[[int, int], None] | None = None
+        self, config: ScriptedServerConfig, on_step: Callable[[int, int], None] | None = None
     ) -> None:
         self.config = config
         self.waiting: deque[Sequence] = deque()

@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from sweeper.testing.config import ServerConfig
+from sweeper.testing.config import ScriptedServerConfig
 
 # vLLM v1's bucket boundaries (seconds), from vllm/v1/metrics/loggers.py.
 TTFT_BUCKETS_S = (
@@ -80,7 +80,7 @@ class Histogram:
 class VllmMetrics:
     """What the server counts, and the collector that exposes it in vLLM's names."""
 
-    def __init__(self, config: ServerConfig, state: Callable[[], EngineState]) -> None:
+    def __init__(self, config: ScriptedServerConfig, state: Callable[[], EngineState]) -> None:
         self._config = config
         self._state = state
         self._labels = [config.engine_label, config.model]

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sweeper.errors import ConfigError
-from sweeper.testing.config import ServerConfig
+from sweeper.testing.config import ScriptedServerConfig
 from sweeper.testing.server import ServerThread, run_server, spawn_server
 
 StreamFn = Callable[..., Any]
@@ -229,7 +229,7 @@ def test_disconnect_frees_the_engine() -> None:
 
 def test_batching_config_must_fit_one_sequence() -> None:
     with pytest.raises(ConfigError, match="kv_capacity_tokens"):
-        ServerConfig(mode="batching", kv_capacity_tokens=1024, max_model_len=2048)
+        ScriptedServerConfig(mode="batching", kv_capacity_tokens=1024, max_model_len=2048)
 
 
 def test_separate_process_server() -> None:
