@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ConfigError
-from sweeper.schema import Fact, Hardware, ModelFacts
+from sweeper.schema import Fact, FactValue, Hardware, ModelFacts
 
 # ---------------------------------------------------------------------------------------------
 # GPUs
@@ -250,116 +250,147 @@ def model_facts(
     else parameters x bytes per element.
     """
     spec = find_model(name) if name else None
-    config: dict[str, Any] = _read_config(config_json) if config_json is not None else {}
-    if config:
-        text = config.get("text_config")
-        if isinstance(text, dict):  # multimodal wrappers keep the language model's shape here
-            config = {**config, **text}
+    sources = _FactSources(config=_language_config(config_json), path=config_json, spec=spec)
     facts = ModelFacts(name=name or (spec.name if spec else None))
-    cfg_detail = str(config_json) if config_json is not None else None
-    table_detail = f"{spec.name}: {spec.source}" if spec else None
+    _set_shape(facts, sources)
+    # dtype and KV bytes are set only when known (unknown ones stay unset, not set to None)
+    if (weight := _weight_dtype(dtype, sources)) is not None:
+        facts.dtype = weight
+    weight_dtype = str(weight.value) if weight is not None else None
+    _set_parameters(facts, sources)
+    facts.weight_bytes = _weight_bytes(config_json, spec, facts, weight_dtype, dtype is not None)
+    if (kv := _kv_bytes(facts, kv_dtype, weight_dtype, sources)) is not None:
+        facts.kv_bytes_per_token = kv
+    return facts
 
-    def pick(config_keys: tuple[str, ...], table_value: float | None) -> Fact | None:
+
+# Weight-only quantisations: their KV cache stays in 16-bit unless the caller says otherwise.
+_WEIGHT_ONLY_DTYPES = frozenset({"mxfp4", "nvfp4", "fp4", "int4", "awq", "gptq", "int8", "w8a8"})
+
+
+@dataclass(frozen=True)
+class _FactSources:
+    """Where a model's facts come from: its config.json (``config``, read from ``path``; empty
+    when none was given) and its table row (``spec``, None when the name matched none)."""
+
+    config: dict[str, Any]
+    path: Path | None
+    spec: ModelSpec | None
+
+    def from_config(self, value: FactValue, what: str) -> Fact:
+        """A fact read (or worked out) from the config.json; ``what`` names the keys."""
+        return Fact(value=value, source="model_config", detail=f"{self.path}: {what}")
+
+    def from_table(self, value: FactValue) -> Fact:
+        """A fact from the model table, citing the row and its source."""
+        detail = f"{self.spec.name}: {self.spec.source}" if self.spec else None
+        return Fact(value=value, source="spec_table", detail=detail)
+
+    def pick(self, config_keys: tuple[str, ...], table_value: float | None) -> Fact | None:
+        """The first numeric config.json value among ``config_keys``, else the table's value."""
         for key in config_keys:
-            value = config.get(key)
+            value = self.config.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                return Fact(value=value, source="model_config", detail=f"{cfg_detail}: {key}")
+                return self.from_config(value, key)
         if table_value is not None:
-            return Fact(value=table_value, source="spec_table", detail=table_detail)
+            return self.from_table(table_value)
         return None
 
-    facts.num_layers = pick(
+
+def _language_config(config_json: Path | None) -> dict[str, Any]:
+    """The config.json as a dict (empty without one); a multimodal wrapper's ``text_config``
+    (the language model's shape) is laid over the top level."""
+    config: dict[str, Any] = _read_config(config_json) if config_json is not None else {}
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        config = {**config, **text}
+    return config
+
+
+def _set_shape(facts: ModelFacts, sources: _FactSources) -> None:
+    """Layers, hidden size, KV heads and head dim: the config.json's, else the table's; KV heads
+    fall back to the attention heads (no GQA), head dim to hidden size / attention heads."""
+    spec = sources.spec
+    facts.num_layers = sources.pick(
         ("num_hidden_layers", "n_layer", "num_layers"), spec.num_layers if spec else None
     )
-    facts.hidden_size = pick(
+    facts.hidden_size = sources.pick(
         ("hidden_size", "n_embd", "d_model"), spec.hidden_size if spec else None
     )
-    heads = config.get("num_attention_heads")
-    facts.num_kv_heads = pick(
+    heads = sources.config.get("num_attention_heads")
+    facts.num_kv_heads = sources.pick(
         ("num_key_value_heads", "num_kv_heads"), spec.num_kv_heads if spec else None
     )
     if facts.num_kv_heads is None and isinstance(heads, int):
-        facts.num_kv_heads = Fact(
-            value=heads, source="model_config", detail=f"{cfg_detail}: num_attention_heads (no GQA)"
-        )
-    facts.head_dim = pick(("head_dim",), spec.head_dim if spec else None)
+        facts.num_kv_heads = sources.from_config(heads, "num_attention_heads (no GQA)")
+    facts.head_dim = sources.pick(("head_dim",), spec.head_dim if spec else None)
     if facts.head_dim is None and isinstance(heads, int) and facts.hidden_size is not None:
         hidden = facts.hidden_size.value
         if isinstance(hidden, int | float) and heads > 0:
-            facts.head_dim = Fact(
-                value=int(hidden) // heads,
-                source="model_config",
-                detail=f"{cfg_detail}: hidden_size / num_attention_heads",
+            facts.head_dim = sources.from_config(
+                int(hidden) // heads, "hidden_size / num_attention_heads"
             )
 
-    # dtype of the weights: the caller's, else the config's quantisation or torch_dtype, else the table's.
+
+def _weight_dtype(dtype: str | None, sources: _FactSources) -> Fact | None:
+    """The weights' dtype: the caller's, else the config.json's quantisation or torch_dtype,
+    else the table's."""
+    config = sources.config
     if dtype is not None:
-        facts.dtype = Fact(value=dtype, source="user")
-    elif (q := _config_quantization(config)) is not None:
-        facts.dtype = Fact(
-            value=q, source="model_config", detail=f"{cfg_detail}: quantization_config"
-        )
-    elif isinstance(config.get("torch_dtype") or config.get("dtype"), str):
-        facts.dtype = Fact(
-            value=str(config.get("torch_dtype") or config.get("dtype")),
-            source="model_config",
-            detail=f"{cfg_detail}: torch_dtype",
-        )
-    elif spec is not None:
-        facts.dtype = Fact(value=spec.default_dtype, source="spec_table", detail=table_detail)
-    weight_dtype = str(facts.dtype.value) if facts.dtype is not None else None
+        return Fact(value=dtype, source="user")
+    if (quantization := _config_quantization(config)) is not None:
+        return sources.from_config(quantization, "quantization_config")
+    torch_dtype = config.get("torch_dtype") or config.get("dtype")
+    if isinstance(torch_dtype, str):
+        return sources.from_config(torch_dtype, "torch_dtype")
+    if sources.spec is not None:
+        return sources.from_table(sources.spec.default_dtype)
+    return None
 
-    # Parameters: the table (config.json does not say), else an estimate from the config's shapes.
+
+def _set_parameters(facts: ModelFacts, sources: _FactSources) -> None:
+    """Total and active parameters: the table's (a config.json does not say), else an estimate
+    from the config.json's layer shapes."""
+    spec = sources.spec
     if spec is not None:
-        facts.parameters = Fact(value=spec.parameters, source="spec_table", detail=table_detail)
+        facts.parameters = sources.from_table(spec.parameters)
         if spec.active_parameters is not None:
-            facts.active_parameters = Fact(
-                value=spec.active_parameters, source="spec_table", detail=table_detail
-            )
-    elif config:
-        total, active = _estimate_parameters(config)
-        if total is not None:
-            facts.parameters = Fact(
-                value=total,
-                source="model_config",
-                detail=f"{cfg_detail}: estimated from layer shapes",
-            )
-        if active is not None and total is not None and active < total:
-            facts.active_parameters = Fact(
-                value=active,
-                source="model_config",
-                detail=f"{cfg_detail}: estimated from layer shapes (experts per token)",
-            )
+            facts.active_parameters = sources.from_table(spec.active_parameters)
+        return
+    if not sources.config:
+        return
+    total, active = _estimate_parameters(sources.config)
+    if total is not None:
+        facts.parameters = sources.from_config(total, "estimated from layer shapes")
+    if active is not None and total is not None and active < total:
+        facts.active_parameters = sources.from_config(
+            active, "estimated from layer shapes (experts per token)"
+        )
 
-    facts.weight_bytes = _weight_bytes(config_json, spec, facts, weight_dtype, dtype is not None)
 
+def _kv_bytes(
+    facts: ModelFacts, kv_dtype: str | None, weight_dtype: str | None, sources: _FactSources
+) -> Fact | None:
+    """KV bytes per token from the shape facts and the KV dtype (the caller's ``kv_dtype``, else
+    the weights' dtype; 16-bit for a weight-only quantisation); None when either is unknown."""
     kv_name = kv_dtype or weight_dtype
-    if kv_name is not None and kv_name.lower() in {
-        "mxfp4",
-        "nvfp4",
-        "fp4",
-        "int4",
-        "awq",
-        "gptq",
-        "int8",
-        "w8a8",
-    }:
-        kv_name = "bfloat16"  # weight-only quantisation: the KV cache stays in 16-bit unless told otherwise
+    if kv_name is not None and kv_name.lower() in _WEIGHT_ONLY_DTYPES:
+        kv_name = "bfloat16"
     shape = (facts.num_layers, facts.num_kv_heads, facts.head_dim)
-    if kv_name is not None and all(
-        f is not None and isinstance(f.value, int | float) for f in shape
-    ):
-        layers, kv_heads, head_dim = (
-            int(f.value) for f in shape if f is not None and isinstance(f.value, int | float)
-        )
-        source = "user" if kv_dtype is not None else ("model_config" if config else "spec_table")
-        facts.kv_bytes_per_token = Fact(
-            value=kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes(kv_name)),
-            source="derived",
-            detail=f"2 x {layers} layers x {kv_heads} KV heads x {head_dim} head dim x "
-            f"{dtype_bytes(kv_name):g} B ({kv_name}, {source})",
-        )
-    return facts
+    numbers = [int(f.value) for f in shape if f is not None and isinstance(f.value, int | float)]
+    if kv_name is None or len(numbers) < len(shape):
+        return None
+    layers, kv_heads, head_dim = numbers
+    source = (
+        "user" if kv_dtype is not None else ("model_config" if sources.config else "spec_table")
+    )
+    size = dtype_bytes(kv_name)
+    return Fact(
+        value=kv_bytes_per_token(layers, kv_heads, head_dim, size),
+        source="derived",
+        detail=f"2 x {layers} layers x {kv_heads} KV heads x {head_dim} head dim x "
+        f"{size:g} B ({kv_name}, {source})",
+    )
 
 
 def _read_config(path: Path) -> dict[str, Any]:
