@@ -37,7 +37,7 @@ TRACES = ROOT / "traces"
 SCRAPE_INTERVAL_S = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sample:
     run_id: str
     model: str
@@ -51,27 +51,41 @@ class Sample:
 
 SAMPLES = {
     "default": Sample(
-        "small-vllm-cpu-default", "small", (), 256, 128, "1,2,4,8,16", "1x", "default flags"
+        run_id="small-vllm-cpu-default",
+        model="small",
+        server_args=(),
+        input_len=256,
+        output_len=128,
+        levels="1,2,4,8,16",
+        requests_per_level="1x",
+        note="default flags",
     ),
     "chunked-prefill": Sample(
-        "small-vllm-cpu-chunked-prefill",
-        "small",
-        ("--max-num-batched-tokens", "256"),
-        1000,
-        64,
-        "1,2,4,8",
-        "8",
-        "chunked-prefill budget 256 tokens, 1,000-token prompts",
+        run_id="small-vllm-cpu-chunked-prefill",
+        model="small",
+        server_args=("--max-num-batched-tokens", "256"),
+        input_len=1000,
+        output_len=64,
+        levels="1,2,4,8",
+        requests_per_level="8",
+        note="chunked-prefill budget 256 tokens, 1,000-token prompts",
     ),
     "preemption": Sample(
-        "small-vllm-cpu-preemption",
-        "small",
-        ("--max-num-seqs", "4", "--num-gpu-blocks-override", "16", "--max-model-len", "1024"),
-        384,
-        256,
-        "1,2,4,8",
-        "8",
-        "16-block KV pool, max-num-seqs 4",
+        run_id="small-vllm-cpu-preemption",
+        model="small",
+        server_args=(
+            "--max-num-seqs",
+            "4",
+            "--num-gpu-blocks-override",
+            "16",
+            "--max-model-len",
+            "1024",
+        ),
+        input_len=384,
+        output_len=256,
+        levels="1,2,4,8",
+        requests_per_level="8",
+        note="16-block KV pool, max-num-seqs 4",
     ),
 }
 

@@ -386,7 +386,12 @@ class RequestTrace(_Model):
     status: Literal["ok", "error", "cancelled"] = "ok"
     error: RequestError | None = None
     server_timing: dict[str, float] | None = Field(
-        default=None, description="Per-request timings the server reported (seconds or ms, named)."
+        default=None,
+        description=(
+            "The server's own per-request timings as it sent them (llama.cpp's ``timings``); "
+            "each key carries its unit in its name: ``prompt_ms``, ``predicted_per_token_ms`` "
+            "(ms), ``predicted_per_second`` (tokens/s), ``prompt_n`` (tokens)."
+        ),
     )
     worker: int | None = Field(default=None, description="Recorder worker process, if several.")
 

@@ -191,7 +191,7 @@ def write_trace_set(
 # reading
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TraceSet:
     """A trace set as read from disk."""
 
@@ -332,7 +332,14 @@ def load_trace_set(folder: Path | str) -> TraceSet:
     requests = _unique(requests, lambda r: (r.request_id, r.send_ns, r.status), "request", problems)
     metrics = _unique(metrics, lambda m: (m.url, m.t_ns), "metrics sample", problems)
     requests.sort(key=lambda r: (r.send_ns, r.request_id))
-    return TraceSet(folder, manifest, requests, metrics, server_log, problems)
+    return TraceSet(
+        path=folder,
+        manifest=manifest,
+        requests=requests,
+        metrics=metrics,
+        server_log=server_log,
+        problems=problems,
+    )
 
 
 def _unique(

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class ToolLevel:
     tool: str
     concurrency: int
     requests: int
+    _: KW_ONLY
     start_ns: int = 0
     end_ns: int = 0
     process: ProcessRun | None = None
@@ -186,7 +187,9 @@ def run_sweeper(
     name = "sweeper" if workers == 1 else f"sweeper x{workers}"
     if http_client != "raw":
         name += f" ({http_client})"
-    level = ToolLevel(name, concurrency, requests, run.start_ns, run.end_ns, run)
+    level = ToolLevel(
+        name, concurrency, requests, start_ns=run.start_ns, end_ns=run.end_ns, process=run
+    )
     level.extra["trace_set"] = str(folder / run_id)
     if run.code != 0:
         level.error = f"sweeper record exited {run.code}: {run.tail}"
@@ -285,7 +288,9 @@ def run_aiperf(
         k: v for k, v in quiet_env().items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     }
     run = run_process(command, folder / f"aiperf-c{concurrency}.log", timeout_s, env)
-    level = ToolLevel("AIPerf", concurrency, requests, run.start_ns, run.end_ns, run)
+    level = ToolLevel(
+        "AIPerf", concurrency, requests, start_ns=run.start_ns, end_ns=run.end_ns, process=run
+    )
     exports = sorted(artifacts.rglob("profile_export_aiperf.json"))
     if run.code != 0 or not exports:
         level.error = f"aiperf exited {run.code}, no profile_export_aiperf.json: {run.tail}"
@@ -369,7 +374,9 @@ def run_guidellm(
         "--disable-console-interactive",
     ]
     run = run_process(command, folder / f"guidellm-c{concurrency}.log", timeout_s, quiet_env())
-    level = ToolLevel("GuideLLM", concurrency, requests, run.start_ns, run.end_ns, run)
+    level = ToolLevel(
+        "GuideLLM", concurrency, requests, start_ns=run.start_ns, end_ns=run.end_ns, process=run
+    )
     if run.code != 0 or not out.exists():
         level.error = f"guidellm exited {run.code}, no report: {run.tail}"
         return level

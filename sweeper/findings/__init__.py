@@ -3,7 +3,7 @@
 Entry points::
 
     analyze_run(ts, slos=parse_slos("ttft_p99<=2s,itl_p50<=25ms"))  # a TraceSet
-    analyze(RunFrames(manifest, levels, server, requests, gaps))     # frames (tests, notebooks)
+    analyze(RunFrames(manifest, levels, server, requests=requests))  # frames (tests, notebooks)
 
 Each finding of DESIGN.md "Findings" 1-11 has a stable id (``roofline``, ``scaling``, ``knee``,
 ``itl_tail``, ``tail_cause``, ``kv_ceiling``, ``memory_headroom``, ``recommended``, ``slo_table``,

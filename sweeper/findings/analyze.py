@@ -3,7 +3,7 @@
 ::
 
     analyze_run(ts, slos=parse_slos("ttft_p99<=2s,itl_p50<=25ms"))  # a TraceSet
-    analyze(RunFrames(manifest, levels, server, requests, gaps))     # frames (tests, notebooks)
+    analyze(RunFrames(manifest, levels, server, requests=requests))  # frames (tests, notebooks)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ rules share: the single-stream baseline, the ITL percentiles and the tokens of o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import pandas as pd
@@ -43,6 +43,7 @@ class RunFrames:
     manifest: RunManifest
     levels: pd.DataFrame
     server: pd.DataFrame | None = None
+    _: KW_ONLY
     requests: pd.DataFrame | None = None
     gaps: pd.DataFrame | None = None
     server_log_stats: int = 0  # periodic stat lines found in the server log (0: none / no log)
@@ -85,7 +86,14 @@ def run_frames(ts: TraceSet) -> RunFrames:
     log_stats = 0
     if ts.server_log:
         log_stats = len(parse_server_log(ts.server_log).stats)
-    return RunFrames(complete_facts(ts.manifest), levels, server, requests, gaps, log_stats)
+    return RunFrames(
+        complete_facts(ts.manifest),
+        levels,
+        server,
+        requests=requests,
+        gaps=gaps,
+        server_log_stats=log_stats,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

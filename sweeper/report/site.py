@@ -143,7 +143,7 @@ def _slim(entry: RunEntry) -> RunEntry:
     if entry.run is None:
         return entry
     ts = entry.run.ts
-    slim_ts = TraceSet(ts.path, ts.manifest, [], [], None, list(ts.problems))
+    slim_ts = TraceSet(path=ts.path, manifest=ts.manifest, requests=[], problems=list(ts.problems))
     run = replace(entry.run, ts=slim_ts, requests=entry.run.requests.iloc[0:0])
     return replace(entry, run=run)
 

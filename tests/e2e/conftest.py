@@ -31,7 +31,7 @@ SWEEPER = Path(sys.executable).parent / "sweeper"
 RECORD_TIMEOUT_S = 600
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sweep:
     """What a configuration asks of vLLM and of ``sweeper record``."""
 
@@ -47,14 +47,30 @@ class Sweep:
 
 
 SWEEPS = {
-    "default": Sweep("default", "tiny", (), 128, 64, (1, 4), 8, scrape_interval_s=0.5),
+    "default": Sweep(
+        name="default",
+        model="tiny",
+        server_args=(),
+        input_len=128,
+        output_len=64,
+        levels=(1, 4),
+        requests_per_level=8,
+        scrape_interval_s=0.5,
+    ),
     # The small model: the tiny one streams so fast that vLLM's API server saturates its core and
     # answers /metrics seconds late, so the waiting queue could go unseen. 4 x (384 + 256) tokens
     # do not fit in 16 blocks x 128 = 2,048: the scheduler must preempt.
     "preemption": Sweep(
-        "preemption",
-        "small",
-        ("--max-num-seqs", "4", "--num-gpu-blocks-override", "16", "--max-model-len", "1024"),
+        name="preemption",
+        model="small",
+        server_args=(
+            "--max-num-seqs",
+            "4",
+            "--num-gpu-blocks-override",
+            "16",
+            "--max-model-len",
+            "1024",
+        ),
         input_len=384,
         output_len=256,
         levels=(1, 8),
@@ -64,9 +80,9 @@ SWEEPS = {
         scrape_interval_s=0.5,
     ),
     "chunked": Sweep(
-        "chunked",
-        "small",
-        ("--max-num-batched-tokens", "256"),
+        name="chunked",
+        model="small",
+        server_args=("--max-num-batched-tokens", "256"),
         input_len=1000,
         output_len=64,
         levels=(1, 4, 8),
