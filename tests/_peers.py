@@ -23,15 +23,25 @@ from sweeper.cli import cli
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SWEEPER_SHARED", ROOT / ".." / "shared")).resolve()
 PEERS = SHARED / "data" / "peers"
+CORPUS = SHARED / "data" / "corpus"
 
 AIPERF_011 = "aiperf-0.1.1-gpt-oss-20b-c100"
 AIPERF_08 = "aiperf-0.8-minimax-m2.5-fp8-mi355x-vllm-tp1"
 LLMPERF = "llmperf-yi-1.5-34b-4xa10g-vllm"
 
 
-def peer(name: str) -> Path:
+KIMI = "aiperf-0.8-kimi-k2.5-fp4-mi355x-vllm-tp4"
+QWEN35 = "aiperf-0.8-qwen3.5-fp8-mi355x-sglang-tp4"
+
+
+def corpus(name: str) -> Path:
+    """The folder of one corpus sweep (../shared/data/corpus), or skip (fail under CI)."""
+    return peer(name, root=CORPUS)
+
+
+def peer(name: str, *, root: Path = PEERS) -> Path:
     """The folder of one peer data set, or skip (fail under CI) when it is not there."""
-    path = PEERS / name
+    path = root / name
     if not path.is_dir():
         message = f"peer data set {path} not found (set SWEEPER_SHARED to the shared folder)"
         if require_peers():

@@ -77,9 +77,16 @@ def import_command(
     ts = load_trace_set(folder)
     source = ts.manifest.source
     levels = ", ".join(str(c) for c in ts.manifest.workload.concurrency_levels)
+    with_requests = {r.concurrency for r in ts.requests}
+    summary_only = [c for c in ts.manifest.workload.concurrency_levels if c not in with_requests]
+    only = (
+        f" ({', '.join(f'C={c}' for c in summary_only)}: the tool's summary only)"
+        if summary_only and with_requests
+        else ""
+    )
     click.echo(
         f"Imported {len(ts.requests)} requests ({source.tool} {source.version or ''}".rstrip()
-        + f", fidelity {source.fidelity}) at concurrency {levels} into {folder}"
+        + f", fidelity {source.fidelity}) at concurrency {levels}{only} into {folder}"
     )
     for warning in ts.manifest.warnings:
         click.echo(f"Note: {warning}")

@@ -67,6 +67,14 @@ class LevelFiles:
         self.has_log = (folder / SERVER_LOG_FILE).is_file()
         self.spread = False
         self.concurrency = 0
+        # AIPerf's own first send and last answer (unix ns, from its summary): where a level has
+        # no per-request records, the only account of when it ran.
+        self.window_unix_ns: tuple[int, int] | None = None
+
+    @property
+    def summary_only(self) -> bool:
+        """Only AIPerf's summary of this level survived, not its per-request records."""
+        return not self.records
 
 
 def with_scheme(url: str) -> str:
@@ -171,12 +179,20 @@ def _cache_fact(row: dict[str, str], level: LevelFiles) -> None:
     )
 
 
-def bracket_samples(level: LevelFiles, requests: list[RequestTrace]) -> list[MetricSample]:
-    """Two samples per level: zero at its first send, AIPerf's increase at its last end."""
-    if not requests or level.server_metrics is None:
+def bracket_samples(
+    level: LevelFiles, requests: list[RequestTrace], origin_unix_ns: int
+) -> list[MetricSample]:
+    """Two samples per level: zero at its first send, AIPerf's increase at its last end (from
+    the requests, else from AIPerf's summary of the level)."""
+    if level.server_metrics is None:
         return []
-    start = min(r.send_ns for r in requests)
-    end = max(r.send_ns + (r.chunk_ns[-1] if r.chunk_ns else (r.end_ns or 0)) for r in requests)
+    if requests:
+        start = min(r.send_ns for r in requests)
+        end = max(r.send_ns + (r.chunk_ns[-1] if r.chunk_ns else (r.end_ns or 0)) for r in requests)
+    elif level.window_unix_ns is not None:
+        start, end = (t - origin_unix_ns for t in level.window_unix_ns)
+    else:
+        return []
     by_url: dict[str, tuple[list[Series], list[Series]]] = {}
     for row in level.server_metrics:
         kind = row.get("Type")

@@ -83,13 +83,17 @@ _SCALAR_TAGS = {
     "total_token_throughput_tok_s": "total_token_throughput",
     "completed": "request_count",
     "failed": "error_request_count",
+    "prompt_tokens_mean": "input_sequence_length",
+    "output_tokens_mean": "output_sequence_length",
 }
 _STATS = {"mean": "avg", "p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99"}
 
 
 def read_aiperf(paths: Sequence[Path]) -> Imported:
-    """Read AIPerf artifact folders (or their ``profile_export.jsonl``) as one sweep."""
-    folders = _level_folders(paths)
+    """Read AIPerf artifact folders (or their ``profile_export.jsonl``) as one sweep. A level
+    folder with AIPerf's summary but no per-request records is kept as a summary-only level;
+    a folder with neither is named in the warnings."""
+    folders, skipped = _level_folders(paths)
     levels = [_read_level(folder) for folder in folders]
     seen: dict[int, Path] = {}
     for level in levels:
@@ -100,10 +104,11 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
                 level.folder,
             )
         seen[level.concurrency] = level.folder
-    sends = [r["send_unix_ns"] for lv in levels for r in lv.records]
-    if not sends:
+    starts = [r["send_unix_ns"] for lv in levels for r in lv.records]
+    starts += [lv.window_unix_ns[0] for lv in levels if lv.summary_only and lv.window_unix_ns]
+    if not any(lv.records for lv in levels) and not any(lv.summary for lv in levels):
         raise ImportFormatError(f"no request records in {RECORDS_FILE}", folders[0])
-    origin = min(sends)
+    origin = min(starts) if starts else 0
     requests: list[RequestTrace] = []
     metrics: list[MetricSample] = []
     summaries: dict[str, dict[str, float | int | str | None]] = {}
@@ -113,27 +118,30 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
         requests.extend(level_requests)
         summaries[str(level.concurrency)] = level.summary
         if level.server_metrics is not None:
-            samples = bracket_samples(level, level_requests)
+            samples = bracket_samples(level, level_requests, origin)
             metrics.extend(samples)
             if samples:
                 server_urls[level.concurrency] = samples[0].url
-    first = levels[0]
+    first = next((lv for lv in levels if lv.records), levels[0])
     imported = Imported(
         tool="aiperf",
         version=first.version,
-        fidelity="per_chunk",
+        fidelity="per_chunk" if any(lv.records for lv in levels) else "summary",
         requests=requests,
         name=folders[0].name if len(folders) == 1 else _common_name(folders),
-        origin_unix_ns=origin,
+        origin_unix_ns=origin if starts else None,
         summaries=summaries,
         metrics=metrics,
-        files=[str(lv.folder / RECORDS_FILE) for lv in levels],
+        files=[
+            str(lv.folder / (SUMMARY_FILE if lv.summary_only else RECORDS_FILE)) for lv in levels
+        ],
         command=first.command,
         target=first.target,
         levels=[lv.concurrency for lv in levels],
         server_logs=[(lv.concurrency, lv.folder / SERVER_LOG_FILE) for lv in levels if lv.has_log],
     )
     imported.server = merge_server(levels, imported.warnings)
+    imported.warnings.extend(_lost_warnings(levels, skipped))
     overlap = _overlapping_levels(requests)
     if overlap:
         servers = ", ".join(f"C={c}: {url}" for c, url in sorted(server_urls.items()))
@@ -145,10 +153,7 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
     imported.workload = Workload(
         output_len=first.output_len,
         concurrency_levels=sorted(lv.concurrency for lv in levels),
-        requests_per_level={
-            str(lv.concurrency): sum(1 for r in lv.records if r["phase"] == "measured")
-            for lv in levels
-        },
+        requests_per_level={str(lv.concurrency): _measured(lv) for lv in levels},
         ignore_eos=first.ignore_eos,
         seed=first.seed,
         prompt_source="AIPerf dataset",
@@ -160,6 +165,31 @@ def read_aiperf(paths: Sequence[Path]) -> Imported:
             "estimates)."
         )
     return imported
+
+
+def _measured(level: LevelFiles) -> int:
+    if level.summary_only:
+        counts = (level.summary.get("completed"), level.summary.get("failed"))
+        return int(sum(c for c in counts if isinstance(c, int | float)))
+    return sum(1 for r in level.records if r["phase"] == "measured")
+
+
+def _lost_warnings(levels: list[LevelFiles], skipped: list[Path]) -> list[str]:
+    """What of the artifacts could not be imported whole, said once each: nothing is dropped
+    without a word."""
+    out = []
+    summary_only = sorted(lv.concurrency for lv in levels if lv.summary_only)
+    if summary_only:
+        where = ", ".join(f"C={c}" for c in summary_only)
+        out.append(
+            f"{where}: only AIPerf's own summary ({SUMMARY_FILE}), no per-request records "
+            f"({RECORDS_FILE}); these levels keep AIPerf's throughput and latency percentiles "
+            "(basis tool_summary), and the analyses that need per-request or per-chunk data "
+            "(ITL tail and its cause, per-request speed) leave them out"
+        )
+    for folder in skipped:
+        out.append(f"skipped {folder}: neither {RECORDS_FILE} nor {SUMMARY_FILE} in it")
+    return out
 
 
 def _overlapping_levels(requests: list[RequestTrace]) -> str:
@@ -183,27 +213,35 @@ def _common_name(folders: list[Path]) -> str:
     return parents.pop() if len(parents) == 1 else "sweep"
 
 
-def _level_folders(paths: Sequence[Path]) -> list[Path]:
+def _is_level(folder: Path) -> bool:
+    return (folder / RECORDS_FILE).is_file() or (folder / SUMMARY_FILE).is_file()
+
+
+def _level_folders(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """The level folders to read, and the sub-folders skipped for holding neither file."""
     folders: list[Path] = []
+    skipped: list[Path] = []
     for path in paths:
         if path.is_file():
             if path.name not in (RECORDS_FILE, SUMMARY_FILE):
                 _refuse_file(path)
             folders.append(path.parent)
-        elif (path / RECORDS_FILE).is_file():
+        elif _is_level(path):
             folders.append(path)
         elif path.is_dir():
-            subs = sorted(p for p in path.iterdir() if (p / RECORDS_FILE).is_file())
-            if not subs:
+            subs = sorted(p for p in path.iterdir() if p.is_dir())
+            levels = [p for p in subs if _is_level(p)]
+            if not levels:
                 raise ImportFormatError(
-                    f"no {RECORDS_FILE} here nor in its sub-folders; expected an AIPerf artifact "
-                    "folder, or a folder of them (one per concurrency level)",
+                    f"no {RECORDS_FILE} nor {SUMMARY_FILE} here nor in its sub-folders; expected "
+                    "an AIPerf artifact folder, or a folder of them (one per concurrency level)",
                     path,
                 )
-            folders.extend(subs)
+            folders.extend(levels)
+            skipped.extend(p for p in subs if not _is_level(p))
         else:
             raise ImportFormatError("no such file or folder", path)
-    return folders
+    return folders, skipped
 
 
 def _refuse_file(path: Path) -> None:
@@ -219,8 +257,9 @@ def _read_level(folder: Path) -> LevelFiles:
     if summary_path.is_file():
         settings = _read_summary(summary_path, level)
     records_path = folder / RECORDS_FILE
-    for number, obj in iter_json_lines(records_path, WHAT):
-        level.records.append(_read_record(obj, records_path, number, level))
+    if records_path.is_file():
+        for number, obj in iter_json_lines(records_path, WHAT):
+            level.records.append(_read_record(obj, records_path, number, level))
     if level.version is None:
         new_layout = any("request_start_ns" in r["raw_meta"] for r in level.records)
         level.version = "0.8+" if new_layout else "0.1.x"
@@ -260,6 +299,11 @@ def _read_summary(path: Path, level: LevelFiles) -> dict[str, Any]:
         entry = tags.get(tag)
         if isinstance(entry, dict) and isinstance(entry.get("avg"), int | float):
             level.summary[name] = entry["avg"]
+    first, last = (tags.get(t) for t in ("min_request_timestamp", "max_response_timestamp"))
+    if isinstance(first, dict) and isinstance(last, dict):
+        start, end = first.get("avg"), last.get("avg")
+        if isinstance(start, int | float) and isinstance(end, int | float) and end > start:
+            level.window_unix_ns = (round(start), round(end))
     for metric, candidates in _LATENCY_TAGS.items():
         entry = next((tags[t] for t in candidates if isinstance(tags.get(t), dict)), None)
         if entry is None:
