@@ -21,7 +21,7 @@ from typing import Any
 
 from sweeper.errors import ConfigError
 from sweeper.testing.config import ScriptedServerConfig
-from sweeper.testing.faults import FAULT_HEADER, FaultPicker, Faults, split_points
+from sweeper.testing.faults import BAD_USAGE, FAULT_HEADER, FaultPicker, Faults, split_points
 from sweeper.testing.httpio import BadRequest, Connection, Request, read_request
 from sweeper.testing.timing import NS_PER_S, BatchingEngine, schedule_chunks
 from sweeper.testing.truth import EventKind, RequestTruth, TruthStore
@@ -32,7 +32,12 @@ TOKEN_ID_SPACE = 32_000
 DONE_EVENT = b"data: [DONE]\n\n"
 COMMENT_EVENT = b": keep-alive\n\n\n"
 MALFORMED_EVENT = b'data: {"id": "broken", "choices": [\n\n'
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    429: "RateLimitError",
+}
 
 
 class _Close(Exception):
@@ -320,6 +325,12 @@ class ScriptedServer:
             if faults.reset:
                 conn.reset()
             raise _Close
+        if faults.echo_auth:
+            status = faults.http_status or 401
+            truth.status, truth.http_status = "fault", status
+            message = _echoed_credentials(request.headers)
+            truth.add_event("body", conn.send_json(status, error_body(status, message), id_header))
+            return
         if faults.http_status is not None:
             status = faults.http_status
             headers = dict(id_header)
@@ -334,7 +345,7 @@ class ScriptedServer:
             if stream:
                 await _StreamWriter(self, conn, truth, body, chat, faults, id_header).run(produce)
             else:
-                await self._respond_whole(conn, truth, body, chat, produce, id_header)
+                await self._respond_whole(conn, truth, body, chat, produce, id_header, faults)
         finally:
             self._active.discard(truth)
 
@@ -360,6 +371,7 @@ class ScriptedServer:
         chat: bool,
         produce: int,
         headers: dict[str, str],
+        faults: Faults,
     ) -> None:
         produced = 0
         async with contextlib.aclosing(self._token_source(truth, produce)) as source:
@@ -369,7 +381,7 @@ class ScriptedServer:
         self.metrics.generation_tokens += produced
         truth.finish_reason = "length" if produced >= truth.max_tokens else "stop"
         text = self._text(0, produced)
-        usage = _usage(truth.prompt_tokens, produced)
+        usage = _final_usage(truth.prompt_tokens, produced, faults)
         created = int(time.time())
         choice: dict[str, Any] = {
             "index": 0,
@@ -391,6 +403,8 @@ class ScriptedServer:
             "choices": [choice],
             "usage": usage,
         }
+        if faults.timings_inf:
+            response["timings"] = _timings_inf(truth, produced)
         truth.status = "ok"
         self._observe_finished(truth)
         truth.add_event("body", conn.send_json(200, response, headers), produced)
@@ -415,6 +429,37 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
         "total_tokens": prompt + completion,
         "completion_tokens": completion,
     }
+
+
+def _final_usage(prompt: int, completion: int, faults: Faults) -> dict[str, Any]:
+    """The request's last usage: right, or with every count bad (fault ``usage=BAD``)."""
+    usage: dict[str, Any] = _usage(prompt, completion)
+    if faults.bad_usage is not None:
+        usage = dict.fromkeys(usage, BAD_USAGE[faults.bad_usage])
+    return usage
+
+
+def _timings_inf(truth: RequestTruth, produced: int) -> dict[str, float]:
+    """llama.cpp's ``timings`` as a server writes them when the prompt took no measurable time:
+    ``prompt_per_second`` is a division by zero, Infinity (fault ``timings_inf``)."""
+    first = truth.first_token_ns or time.monotonic_ns()
+    predicted_ms = max(time.monotonic_ns() - first, 0) / 1e6
+    return {
+        "prompt_n": truth.prompt_tokens,
+        "prompt_ms": 0.0,
+        "prompt_per_token_ms": 0.0,
+        "prompt_per_second": float("inf"),
+        "predicted_n": produced,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / produced if produced else 0.0,
+        "predicted_per_second": produced / predicted_ms * 1000 if predicted_ms else float("inf"),
+    }
+
+
+def _echoed_credentials(headers: dict[str, str]) -> str:
+    """A careless server's 401 message: the credentials it was sent, verbatim (``echo_auth``)."""
+    sent = [f"{name}: {headers[name]}" for name in ("authorization", "api-key") if name in headers]
+    return f"Incorrect API key provided ({'; '.join(sent) or '(none)'}); check your credentials"
 
 
 def _config_dict(config: ScriptedServerConfig) -> dict[str, Any]:
@@ -462,11 +507,18 @@ class _StreamWriter:
             self._choice_tail = ',"stop_reason":null}]'
         self._head = head
 
-    def _event(self, choices: str, usage: dict[str, int] | None) -> bytes:
-        tail = (
-            f',"usage":{json.dumps(usage, separators=(",", ":"))}}}' if usage is not None else "}"
-        )
-        return ("data: " + self._head + choices + tail + "\n\n").encode()
+    def _event(
+        self,
+        choices: str,
+        usage: dict[str, Any] | None,
+        timings: dict[str, float] | None = None,
+    ) -> bytes:
+        tail = ""
+        if timings is not None:
+            tail += f',"timings":{json.dumps(timings, separators=(",", ":"))}'
+        if usage is not None:
+            tail += f',"usage":{json.dumps(usage, separators=(",", ":"))}'
+        return ("data: " + self._head + choices + tail + "}\n\n").encode()
 
     def _content_event(self, text: str, finish: str | None, completion: int) -> bytes:
         choices = (
@@ -477,7 +529,10 @@ class _StreamWriter:
             + self._choice_tail
         )
         usage = _usage(self.truth.prompt_tokens, completion) if self.continuous_usage else None
-        return self._event(choices, usage)
+        timings = None
+        if finish and self.faults.timings_inf:
+            timings = _timings_inf(self.truth, completion)
+        return self._event(choices, usage, timings)
 
     async def _write(self, kind: EventKind, payload: bytes, tokens: int = 0) -> None:
         conn = self.conn
@@ -549,7 +604,8 @@ class _StreamWriter:
                 if faults.stall_ms and faults.stall_after == chunks:
                     await asyncio.sleep(faults.stall_ms / 1000)
         if self.include_usage and not faults.no_usage:
-            await self._write("usage", self._event("[]", _usage(truth.prompt_tokens, produced)))
+            usage = _final_usage(truth.prompt_tokens, produced, faults)
+            await self._write("usage", self._event("[]", usage))
         if not faults.no_done:
             await self._write("done", DONE_EVENT)
         self.conn.end_chunked()

@@ -98,6 +98,8 @@ class ScriptedServerConfig:
     # how many requests' truth to keep (oldest dropped first); 0 keeps everything
     truth_limit: int = 0
     engine_label: str = "0"
+    # /metrics also carries gauges valued NaN and +Inf (faults.py says which), as real pages can
+    metrics_nonfinite: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -22,7 +22,22 @@ generator in arrival order, or every N-th request). A spec is a comma-separated 
 ``split[=SEED]``       write every event in 2-4 pieces split at random byte offsets (seeded), one
                        of them inside a multi-byte UTF-8 character where the event has one, with
                        ``split_delay_ms`` between pieces
+``echo_auth``          answer HTTP 401 (or ``http=CODE``) with a vLLM-style error body whose message
+                       holds the request's ``Authorization`` and ``api-key`` header values verbatim,
+                       as a careless server does (``(none)`` when it has neither)
+``usage=BAD``          the usage's token counts (``prompt_tokens``, ``completion_tokens``,
+                       ``total_tokens``; the stream's usage chunk, a whole response's ``usage``) are
+                       ``nan`` (``NaN``), ``inf`` (``Infinity``) or ``many`` (the string ``"many"``);
+                       running usage (``continuous_usage_stats``) stays right
+``timings_inf``        a llama.cpp-style ``timings`` object (``prompt_n``, ``prompt_ms``,
+                       ``prompt_per_second`` ``Infinity``, ``predicted_n``, ``predicted_ms``,
+                       ``predicted_per_second``) on the finish chunk (a whole response: the body)
 =====================  =========================================================================
+
+Non-finite ``/metrics`` values are a server setting, not a request's fault:
+``ScriptedServerConfig(metrics_nonfinite=True)`` (CLI ``--metrics-nonfinite``) adds
+``vllm:spec_decode_draft_acceptance_rate NaN`` (an idle spec-decode acceptance rate, as real vLLM
+pages show) and ``vllm:spec_decode_mean_acceptance_length +Inf`` gauges to every page.
 
 "Connection refused" needs no server: :func:`sweeper.testing.server.closed_port_url`.
 """
@@ -53,7 +68,12 @@ FAULT_NAMES = (
     "no_usage",
     "comments",
     "split",
+    "echo_auth",
+    "usage",
+    "timings_inf",
 )
+# usage=BAD: what each bad count is on the wire (json.dumps writes NaN and Infinity bare).
+BAD_USAGE: dict[str, object] = {"nan": float("nan"), "inf": float("inf"), "many": "many"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,9 @@ class Faults:
     no_usage: bool = False
     comments: bool = False
     split_seed: int | None = None
+    echo_auth: bool = False
+    bad_usage: str | None = None
+    timings_inf: bool = False
 
     @property
     def any(self) -> bool:
@@ -107,7 +130,8 @@ def parse_faults(spec: str) -> Faults:
         name, _, value = item.partition("=")
         name = name.strip().lower()
         has_value = "=" in item
-        if name in ("reset", "close", "no_done", "no_usage", "comments") and not has_value:
+        flags = ("reset", "close", "no_done", "no_usage", "comments", "echo_auth", "timings_inf")
+        if name in flags and not has_value:
             fields[name] = True
         elif name in _SHORTHAND_STATUS and not has_value:
             fields["http_status"] = _SHORTHAND_STATUS[name]
@@ -127,6 +151,10 @@ def parse_faults(spec: str) -> Faults:
             duration, _, at = value.partition("@")
             fields["stall_ms"] = _number(item, duration, integer=False)
             fields["stall_after"] = int(_number(item, at, integer=True)) if at else 0
+        elif name == "usage":
+            if value not in BAD_USAGE:
+                raise ConfigError(f"fault {item!r}: use usage={'|'.join(BAD_USAGE)}")
+            fields["bad_usage"] = value
         elif name == "split":
             fields["split_seed"] = int(_number(item, value, integer=True)) if has_value else 0
         else:

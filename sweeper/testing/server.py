@@ -49,7 +49,8 @@ Faults: header ``X-Sweeper-Fault: cut=3`` (comma-separated list) per request, or
 request (``faults=(FaultRule("http_500", probability=0.1),)``; CLI ``--fault 0.1:http_500`` or
 ``--fault 1/10:cut=3``). Names: reset, close, http=CODE / http_500 / http_429 / http_400,
 retry_after=S, delay=MS, cut=N, malformed=N, error=N, stall=MS[@N], no_done, no_usage, comments,
-split[=SEED]; see :mod:`sweeper.testing.faults`. Connection refused: :func:`closed_port_url`.
+split[=SEED], echo_auth, usage=nan|inf|many, timings_inf; see :mod:`sweeper.testing.faults`.
+``metrics_nonfinite=True`` (``--metrics-nonfinite``): /metrics carries NaN and +Inf gauges. Connection refused: :func:`closed_port_url`.
 ``reject_params=("ignore_eos", "min_tokens")`` answers HTTP 400 (``reject_status``) naming them.
 
 Timing models (:mod:`sweeper.testing.config`): ``schedule`` (first token ``ttft_ms`` after arrival,
@@ -250,6 +251,8 @@ def config_to_args(config: ScriptedServerConfig) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if name == "preemption":
             args.append("--preemption" if value else "--no-preemption")
+        elif name == "metrics_nonfinite":
+            args.append("--metrics-nonfinite" if value else "--no-metrics-nonfinite")
         elif name == "vocabulary":
             args += [flag, ",".join(value)]
         elif name == "reject_params":
@@ -413,6 +416,12 @@ _D = ScriptedServerConfig()
 @click.option("--split-delay-ms", default=_D.split_delay_ms, show_default=True)
 @click.option("--truth-limit", default=_D.truth_limit, show_default=True, help="0: keep all.")
 @click.option("--engine-label", default=_D.engine_label, show_default=True)
+@click.option(
+    "--metrics-nonfinite/--no-metrics-nonfinite",
+    default=_D.metrics_nonfinite,
+    show_default=True,
+    help="/metrics carries NaN and +Inf gauges.",
+)
 @click.option(
     "--loop",
     type=click.Choice(get_args(LoopKind)),

@@ -38,6 +38,19 @@ REQUEST_LATENCY_BUCKETS_S = (
 )  # fmt: skip
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 LABELS = ("engine", "model_name")
+# ScriptedServerConfig.metrics_nonfinite: gauges whose values are not finite.
+NONFINITE_GAUGES = (
+    (
+        "vllm:spec_decode_draft_acceptance_rate",
+        "Speculative token acceptance rate",
+        float("nan"),
+    ),
+    (
+        "vllm:spec_decode_mean_acceptance_length",
+        "Mean accepted tokens per draft",
+        float("inf"),
+    ),
+)
 
 
 @dataclass
@@ -140,6 +153,13 @@ class VllmMetrics:
             success.add_metric([*labels, reason], count)
         yield success
         yield self._cache_info()
+        if self._config.metrics_nonfinite:
+            # An idle spec-decode acceptance rate is 0/0 on a real vLLM page; a mean of nothing
+            # divided by zero comes out +Inf.
+            for name, doc, value in NONFINITE_GAUGES:
+                gauge = GaugeMetricFamily(name, doc, labels=LABELS)
+                gauge.add_metric(labels, value)
+                yield gauge
         for histogram in (
             self.queue_time,
             self.prefill_time,

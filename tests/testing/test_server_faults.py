@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import pytest
 from sweeper.errors import ConfigError
 from sweeper.testing.config import FaultRule
 from sweeper.testing.faults import parse_faults, split_points
-from sweeper.testing.server import ServerThread, closed_port_url, run_server
+from sweeper.testing.server import ServerThread, closed_port_url, run_server, spawn_server
 
 StreamFn = Callable[..., Any]
 BODY = {"prompt": "a b c", "max_tokens": 6, "stream_options": {"include_usage": True}}
@@ -147,10 +148,15 @@ def test_comments_and_empty_lines(client: httpx.Client, stream_request: StreamFn
     assert got.lines.count("") >= 3 * 8
 
 
-def _raw_stream(base_url: str, headers: dict[str, str]) -> list[bytes]:
+def _raw_stream(
+    base_url: str, headers: dict[str, str], *, include_usage: bool = False
+) -> list[bytes]:
     """POST with a plain socket and return the byte pieces exactly as recv() returned them."""
     host, port = base_url.removeprefix("http://").split(":")
-    body = json.dumps({"stream": True, "prompt": "a", "max_tokens": 12}).encode()
+    request_body: dict[str, Any] = {"stream": True, "prompt": "a", "max_tokens": 12}
+    if include_usage:
+        request_body["stream_options"] = {"include_usage": True}
+    body = json.dumps(request_body).encode()
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     request = (
         f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -229,3 +235,76 @@ def test_fault_rules_every_and_seeded_probability() -> None:
     first = pattern(11)
     assert first == pattern(11)
     assert 200 in first and 429 in first
+
+
+def test_echo_auth_puts_the_credentials_in_a_401_body(client: httpx.Client) -> None:
+    headers = fault("echo_auth") | {"Authorization": "Bearer sk-echo-123", "api-key": "k-456"}
+    response = client.post("/v1/completions", json=BODY, headers=headers)
+    assert response.status_code == 401
+    error = response.json()["error"]
+    assert (error["code"], error["type"]) == (401, "AuthenticationError")
+    assert "Bearer sk-echo-123" in error["message"] and "k-456" in error["message"]
+    streamed = client.post(
+        "/v1/completions", json={"stream": True, **BODY}, headers=fault("echo_auth,http=403")
+    )
+    assert streamed.status_code == 403 and "(none)" in streamed.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "wire"), [("nan", b"NaN"), ("inf", b"Infinity"), ("many", b'"many"')]
+)
+def test_bad_usage_counts_on_the_wire(server: ServerThread, bad: str, wire: bytes) -> None:
+    raw = b"".join(_raw_stream(server.base_url, fault(f"usage={bad}"), include_usage=True))
+    usage_line = next(line for line in raw.split(b"\n") if b'"choices":[]' in line)
+    for key in (b"prompt_tokens", b"completion_tokens", b"total_tokens"):
+        assert b'"' + key + b'":' + wire in usage_line
+    assert raw.count(b"data: ") == 14  # 12 content events, the usage chunk, [DONE]
+    with httpx.Client(base_url=server.base_url, timeout=10) as http:
+        whole = http.post("/v1/completions", json=BODY, headers=fault(f"usage={bad}"))
+    assert b'"completion_tokens":' + wire in whole.content
+    with pytest.raises(ConfigError, match=re.escape("usage=nan|inf|many")):
+        parse_faults("usage=lots")
+
+
+def test_running_usage_stays_right_with_bad_final_usage(
+    client: httpx.Client, stream_request: StreamFn
+) -> None:
+    body = BODY | {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    got = stream_request(client, "/v1/completions", body, headers=fault("usage=many"))
+    running = [e["usage"]["completion_tokens"] for e in got.events if e["choices"]]
+    assert running == [1, 2, 3, 4, 5, 6]
+    assert got.events[-1]["usage"]["completion_tokens"] == "many"
+
+
+def test_timings_inf_on_the_finish_chunk(server: ServerThread) -> None:
+    raw = b"".join(_raw_stream(server.base_url, fault("timings_inf")))
+    lines = [line for line in raw.split(b"\n") if line.startswith(b"data: {")]
+    assert [b'"timings":' in line for line in lines] == [False] * 11 + [True]
+    assert b'"prompt_per_second":Infinity' in lines[-1] and b'"finish_reason":"length"' in lines[-1]
+    timings = json.loads(lines[-1][6:])["timings"]  # Python's json reads Infinity
+    assert timings["predicted_n"] == 12 and timings["prompt_per_second"] == float("inf")
+    with httpx.Client(base_url=server.base_url, timeout=10) as http:
+        whole = http.post("/v1/completions", json=BODY, headers=fault("timings_inf"))
+    assert b'"prompt_per_second":Infinity' in whole.content
+
+
+def test_metrics_page_with_nan_and_inf() -> None:
+    with run_server(ttft_ms=0, itl_ms=0, metrics_nonfinite=True) as server:
+        page = httpx.get(f"{server.base_url}/metrics").text
+    lines = page.splitlines()
+    assert any(
+        line.startswith("vllm:spec_decode_draft_acceptance_rate{") and line.endswith(" NaN")
+        for line in lines
+    )
+    assert any(
+        line.startswith("vllm:spec_decode_mean_acceptance_length{") and line.endswith(" +Inf")
+        for line in lines
+    )
+    with run_server(ttft_ms=0, itl_ms=0) as plain:
+        assert "spec_decode" not in httpx.get(f"{plain.base_url}/metrics").text
+
+
+def test_metrics_nonfinite_reaches_a_server_process() -> None:
+    with spawn_server(port=0, ttft_ms=0, itl_ms=0, metrics_nonfinite=True) as server:
+        page = server.metrics_text()
+    assert "vllm:spec_decode_draft_acceptance_rate" in page and " +Inf\n" in page
