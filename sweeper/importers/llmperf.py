@@ -53,7 +53,7 @@ STATS = {
 
 def read_llmperf(paths: Sequence[Path]) -> Imported:
     """Read LLMPerf result folders (or ``*_individual_responses.json`` files) as one sweep."""
-    files = _response_files(paths)
+    files, skipped = _response_files(paths)
     requests: list[RequestTrace] = []
     summaries: dict[str, dict[str, float | int | str | None]] = {}
     model = version = None
@@ -108,6 +108,11 @@ def read_llmperf(paths: Sequence[Path]) -> Imported:
         ),
         levels=sorted(seen),
     )
+    imported.warnings.extend(
+        f"skipped {folder}: no *{RESPONSES_SUFFIX} in it (an LLMPerf level keeps its requests "
+        "there)"
+        for folder in skipped
+    )
     imported.warnings.append(
         "LLMPerf keeps no send times: requests were laid out as a closed loop of C streams in "
         "file order; per-level duration and throughput are LLMPerf's own."
@@ -119,8 +124,10 @@ def read_llmperf(paths: Sequence[Path]) -> Imported:
     return imported
 
 
-def _response_files(paths: Sequence[Path]) -> list[Path]:
+def _response_files(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """The responses files to read, and the level sub-folders skipped for holding none."""
     files: list[Path] = []
+    skipped: list[Path] = []
     for path in paths:
         if path.is_file():
             if not path.name.endswith(RESPONSES_SUFFIX):
@@ -133,6 +140,8 @@ def _response_files(paths: Sequence[Path]) -> list[Path]:
             here = sorted(path.glob(f"*{RESPONSES_SUFFIX}"))
             if not here:
                 here = sorted(path.glob(f"*/*{RESPONSES_SUFFIX}"))
+                with_files = {f.parent for f in here}
+                skipped += sorted(p for p in path.iterdir() if p.is_dir() and p not in with_files)
             if not here:
                 raise ImportFormatError(
                     f"no *{RESPONSES_SUFFIX} here nor in its sub-folders; expected an LLMPerf "
@@ -142,7 +151,7 @@ def _response_files(paths: Sequence[Path]) -> list[Path]:
             files.extend(here)
         else:
             raise ImportFormatError("no such file or folder", path)
-    return files
+    return files, skipped
 
 
 def _read_summary(path: Path) -> dict[str, Any]:

@@ -65,3 +65,15 @@ def test_a_folder_with_neither_file_is_named(tmp_path: Path) -> None:
     printed = run_cli("import", "aiperf", str(sweep), "--out", str(tmp_path), "--run-id", "r")
     assert f"Note: skipped {sweep / 'notes'}: neither profile_export.jsonl nor" in printed
     assert "at concurrency 8, 16 (C=16: the tool's summary only)" in printed
+
+
+def test_an_llmperf_level_folder_without_responses_is_named(tmp_path: Path) -> None:
+    from tests._peers import LLMPERF, peer
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(peer(LLMPERF) / "c1", sweep / "c1")
+    (sweep / "c2").mkdir()
+    for summary in (peer(LLMPERF) / "c2").glob("*_summary.json"):
+        shutil.copy(summary, sweep / "c2")
+    printed = run_cli("import", "llmperf", str(sweep), "--out", str(tmp_path), "--run-id", "r")
+    assert f"Note: skipped {sweep / 'c2'}: no *_individual_responses.json in it" in printed
