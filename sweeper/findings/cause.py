@@ -9,7 +9,8 @@ the running count at max_num_seqs. What is missing for a verdict is named.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sweeper.analysis.tail_signature import StallSignature, stall_signature
@@ -24,9 +25,52 @@ from sweeper.units import finite
 
 # ---------------------------------------------------------------------------------------------
 # 5. The cause of the tail
+#
+# The evidence is gathered once (:class:`_TailEvidence`); then each rule of TAIL_RULES, in order,
+# either explains the tail (returns the finding) or passes (returns None). When none explains
+# it, the finding names what is missing for a verdict.
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TailEvidence:
+    """What every tail rule reads, computed once for the run."""
+
+    data: RunFrames
+    th: Thresholds
+    opened: list[int]  # the tail levels the server side is asked about
+    client_levels: list[int]  # tail levels the recorder's own lag can account for
+    chunked: Any  # server.config.enable_chunked_prefill
+    budget: Any  # server.config.max_num_batched_tokens
+    max_seqs: Any  # server.config.max_num_seqs
+    preempt: float  # preemptions during the tail levels (all levels when none opened)
+    waiting: float
+    running: float
+    kv: float
+    lag: float
+    sigs: list[StallSignature]
+    sync: float
+    overlap: float
+    overlap_normal: float
+    strong: bool  # most signatures are strong
+    numbers: dict[str, Any]  # the finding's numbers; the rule that answers sets "cause"
+    uses: list[str]
+    missing: list[str]
+
+    @property
+    def chunked_on(self) -> bool:
+        chunked = self.chunked
+        return chunked is True or (isinstance(chunked, str) and chunked.lower() == "true")
 
 
 def tail_cause(data: RunFrames, th: Thresholds) -> Finding:
+    ev = _tail_evidence(data, th)
+    for rule in TAIL_RULES:
+        if (found := rule(ev)) is not None:
+            return found
+    return _cause_unknown(ev)
+
+
+def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
     all_opened = tail_levels(data, th)
     # Levels whose tail the recorder's own lag can account for are set aside; the server-side
     # cause is read from the rest. Only when none is left is the recorder the cause.
@@ -67,208 +111,280 @@ def tail_cause(data: RunFrames, th: Thresholds) -> Finding:
         "stalls": int(sum(s.stalls for s in sigs)) if sigs else None,
         "client_lag_p99_ms": num(lag, 3),
     }
-    uses = _cause_data(data, chunked, bool(sigs))
-    missing = _cause_missing(data, preempt, chunked, bool(sigs) or not opened)
+    return _TailEvidence(
+        data=data,
+        th=th,
+        opened=opened,
+        client_levels=client_levels,
+        chunked=chunked,
+        budget=budget,
+        max_seqs=max_seqs,
+        preempt=preempt,
+        waiting=waiting,
+        running=running,
+        kv=kv,
+        lag=lag,
+        sigs=sigs,
+        sync=sync,
+        overlap=overlap,
+        overlap_normal=overlap_normal,
+        strong=strong,
+        numbers=numbers,
+        uses=_cause_data(data, chunked, bool(sigs)),
+        missing=_cause_missing(data, preempt, chunked, bool(sigs) or not opened),
+    )
 
-    def done(cause: str, severity: str, text: Text) -> Finding:
-        numbers["cause"] = cause
-        if client_levels and cause != "client_overload":
-            text.add(
-                N_(
-                    "The tail at {where} is left out: the recorder's own event-loop lag there can "
-                    "account for it."
-                ),
-                where=Levels(client_levels),
-            )
-        return Finding(
-            id="tail_cause",
-            severity=severity,
-            levels=opened or client_levels,
-            numbers=numbers,
-            text=text.render(),
-            data=uses,
-            missing=missing,
-        )
 
-    if itl_percentiles(data) is None:
-        text = Text().add(
-            N_("The cause of an ITL tail cannot be told: there are no per-token timestamps.")
-        )
-        numbers["cause"] = "unknown"
-        return Finding(
-            id="tail_cause",
-            severity="unknown",
-            numbers=numbers,
-            text=text.render(),
-            data=uses,
-            missing=[N_("per-chunk timestamps (ITL)"), *missing],
-        )
-    if client_levels and not opened:
-        return done(
-            "client_overload",
-            "warning",
-            Text().add(
-                N_(
-                    "The tail at {where} comes from the recorder itself: its event loop was {lag} late at p99, enough to "
-                    "delay the chunks it timestamps. Record again with more --workers or on a less loaded machine."
-                ),
-                where=Levels(client_levels),
-                lag=Ms(lag),
-            ),
-        )
-    if not opened:
-        all_preempt = _sum_server(data, data.concurrencies, "preemptions_delta")
-        if finite(all_preempt) and all_preempt > 0:
-            # No tail, but the server did preempt: worth saying, it is where the tail will come from.
-            numbers["preemptions_delta"] = num(all_preempt, 0)
-            return done(
-                "preemption",
-                "notice",
-                Text().add(
-                    N_(
-                        "No ITL tail opened, but the server preempted {n} requests "
-                        "(vllm:num_preemptions_total): the KV cache is short for this load."
-                    ),
-                    n=Num(all_preempt, 0),
-                ),
-            )
-        return done(
-            "none", "info", Text().add(N_("No ITL tail opened, so there is no tail to explain."))
-        )
-    where = Levels(opened)
-    if finite(preempt) and preempt > 0:
-        text = Text().add(
-            N_(
-                "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total)."
-            ),
-            n=Num(preempt, 0),
-            where=where,
-        )
-        if finite(waiting) and finite(kv):
-            text.add(
-                N_("The waiting queue reached {w} and the KV cache was {kv} full."),
-                w=Num(waiting, 0),
-                kv=Pct(kv),
-            )
+def _answer(ev: _TailEvidence, cause: str, severity: str, text: Text) -> Finding:
+    """The finding of the rule that explains the tail."""
+    ev.numbers["cause"] = cause
+    if ev.client_levels and cause != "client_overload":
         text.add(
             N_(
-                "A preempted request gives up its KV cache and is recomputed later, so its stream stalls."
-            )
-        )
-        return done("preemption", "warning", text)
-    chunked_on = chunked is True or (isinstance(chunked, str) and chunked.lower() == "true")
-    if chunked_on or strong:
-        text = Text()
-        if finite(preempt) and finite(waiting):
-            text.add(
-                N_(
-                    "This is not preemption: the server counted 0 preemptions during {where}, and the waiting "
-                    "queue held at most {w} requests."
-                ),
-                where=where,
-                w=Num(waiting, 0),
-            )
-        elif finite(preempt):
-            text.add(
-                N_("This is not preemption: the server counted 0 preemptions during {where}."),
-                where=where,
-            )
-        if chunked_on:
-            budget_words = (
-                Msg(N_(" with a budget of {n} tokens per step"), {"n": Num(float(budget), 0)})
-                if finite(budget)
-                else ""
-            )
-            text.add(
-                N_(
-                    "It is chunked prefill (enable_chunked_prefill=True{budget}): new requests' prefills are cut "
-                    "into chunks and batched with the streams already decoding, so each of those streams waits "
-                    "for the chunk to be computed."
-                ),
-                budget=budget_words,
-            )
-        else:
-            text.add(
-                N_(
-                    "It has the signature of prefill interference: new requests' prefills run in the same steps "
-                    "as the streams already decoding, and each of those streams waits for them."
-                )
-            )
-        if sigs:
-            text.add(
-                N_(
-                    "The trace shows it: {sync} of the {n} long gaps (over {k} the p50 ITL) stall most of the "
-                    "streams at once, and {overlap} of them fall inside another request's prefill (against "
-                    "{normal} of ordinary gaps)."
-                ),
-                sync=Pct(sync, 0),
-                n=Num(numbers["stalls"], 0),
-                k=times(th.long_gap_factor),
-                overlap=Pct(overlap, 0),
-                normal=Pct(overlap_normal, 0) if finite(overlap_normal) else "?",
-            )
-            if chunked_on and not strong:
-                # The setting says chunked prefill, the timing only partly agrees: say so.
-                text.add(
-                    N_(
-                        "The stall timing only partly matches: fewer than {share} of the long gaps are "
-                        "shared across streams or fall in a prefill, so part of the tail may have "
-                        "another cause."
-                    ),
-                    share=Pct(th.sync_signature_share, 0),
-                )
-        itl = itl_percentiles(data)
-        top = data.concurrencies[-1]
-        p90_top = itl[1][-1] if itl else math.nan
-        p50_top = itl[0][-1] if itl else math.nan
-        if finite(p90_top) and finite(p50_top) and p90_top >= th.long_gap_factor * p50_top:
-            text.add(
-                N_(
-                    "At C={c} even p90 ITL is {p90}: more than one gap in ten waits on another request's prefill."
-                ),
-                c=top,
-                p90=Ms(p90_top),
-            )
-        return done("chunked_prefill", "warning", text)
-    if finite(kv) and kv >= th.kv_full_fraction and finite(waiting) and waiting > 0:
-        return done(
-            "kv_admission",
-            "warning",
-            Text().add(
-                N_(
-                    "The KV cache is full: usage reached {kv} with {w} requests waiting and no preemption, so new "
-                    "requests are admitted only as others finish and free their KV blocks."
-                ),
-                kv=Pct(kv),
-                w=Num(waiting, 0),
+                "The tail at {where} is left out: the recorder's own event-loop lag there can "
+                "account for it."
             ),
+            where=Levels(ev.client_levels),
         )
-    if (
-        finite(max_seqs)
-        and finite(running)
-        and running >= float(max_seqs)
-        and finite(waiting)
-        and waiting > 0
-    ):
-        return done(
-            "max_num_seqs",
-            "warning",
-            Text().add(
-                N_(
-                    "The scheduler's cap is reached: {r} requests running = max_num_seqs {m}, with {w} waiting; new "
-                    "requests start only as others finish."
-                ),
-                r=Num(running, 0),
-                m=Num(float(max_seqs), 0),
-                w=Num(waiting, 0),
+    return Finding(
+        id="tail_cause",
+        severity=severity,
+        levels=ev.opened or ev.client_levels,
+        numbers=ev.numbers,
+        text=text.render(),
+        data=ev.uses,
+        missing=ev.missing,
+    )
+
+
+def _no_timestamps(ev: _TailEvidence) -> Finding | None:
+    if itl_percentiles(ev.data) is not None:
+        return None
+    text = Text().add(
+        N_("The cause of an ITL tail cannot be told: there are no per-token timestamps.")
+    )
+    ev.numbers["cause"] = "unknown"
+    return Finding(
+        id="tail_cause",
+        severity="unknown",
+        numbers=ev.numbers,
+        text=text.render(),
+        data=ev.uses,
+        missing=[N_("per-chunk timestamps (ITL)"), *ev.missing],
+    )
+
+
+def _client_overload(ev: _TailEvidence) -> Finding | None:
+    if not ev.client_levels or ev.opened:
+        return None
+    text = Text().add(
+        N_(
+            "The tail at {where} comes from the recorder itself: its event loop was {lag} late at p99, enough to "
+            "delay the chunks it timestamps. Record again with more --workers or on a less loaded machine."
+        ),
+        where=Levels(ev.client_levels),
+        lag=Ms(ev.lag),
+    )
+    return _answer(ev, "client_overload", "warning", text)
+
+
+def _preempted_without_tail(ev: _TailEvidence) -> Finding | None:
+    if ev.opened:
+        return None
+    all_preempt = _sum_server(ev.data, ev.data.concurrencies, "preemptions_delta")
+    if not (finite(all_preempt) and all_preempt > 0):
+        return None
+    # No tail, but the server did preempt: worth saying, it is where the tail will come from.
+    ev.numbers["preemptions_delta"] = num(all_preempt, 0)
+    text = Text().add(
+        N_(
+            "No ITL tail opened, but the server preempted {n} requests "
+            "(vllm:num_preemptions_total): the KV cache is short for this load."
+        ),
+        n=Num(all_preempt, 0),
+    )
+    return _answer(ev, "preemption", "notice", text)
+
+
+def _no_tail(ev: _TailEvidence) -> Finding | None:
+    if ev.opened:
+        return None
+    text = Text().add(N_("No ITL tail opened, so there is no tail to explain."))
+    return _answer(ev, "none", "info", text)
+
+
+def _preemption(ev: _TailEvidence) -> Finding | None:
+    if not (finite(ev.preempt) and ev.preempt > 0):
+        return None
+    text = Text().add(
+        N_(
+            "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total)."
+        ),
+        n=Num(ev.preempt, 0),
+        where=Levels(ev.opened),
+    )
+    if finite(ev.waiting) and finite(ev.kv):
+        text.add(
+            N_("The waiting queue reached {w} and the KV cache was {kv} full."),
+            w=Num(ev.waiting, 0),
+            kv=Pct(ev.kv),
+        )
+    text.add(
+        N_(
+            "A preempted request gives up its KV cache and is recomputed later, so its stream stalls."
+        )
+    )
+    return _answer(ev, "preemption", "warning", text)
+
+
+def _chunked_prefill(ev: _TailEvidence) -> Finding | None:
+    if not (ev.chunked_on or ev.strong):
+        return None
+    text = Text()
+    _not_preemption_words(ev, text)
+    _prefill_words(ev, text)
+    if ev.sigs:
+        _signature_words(ev, text)
+    _p90_words(ev, text)
+    return _answer(ev, "chunked_prefill", "warning", text)
+
+
+def _not_preemption_words(ev: _TailEvidence, text: Text) -> None:
+    if finite(ev.preempt) and finite(ev.waiting):
+        text.add(
+            N_(
+                "This is not preemption: the server counted 0 preemptions during {where}, and the waiting "
+                "queue held at most {w} requests."
             ),
+            where=Levels(ev.opened),
+            w=Num(ev.waiting, 0),
         )
+    elif finite(ev.preempt):
+        text.add(
+            N_("This is not preemption: the server counted 0 preemptions during {where}."),
+            where=Levels(ev.opened),
+        )
+
+
+def _prefill_words(ev: _TailEvidence, text: Text) -> None:
+    if ev.chunked_on:
+        budget_words = (
+            Msg(N_(" with a budget of {n} tokens per step"), {"n": Num(float(ev.budget), 0)})
+            if finite(ev.budget)
+            else ""
+        )
+        text.add(
+            N_(
+                "It is chunked prefill (enable_chunked_prefill=True{budget}): new requests' prefills are cut "
+                "into chunks and batched with the streams already decoding, so each of those streams waits "
+                "for the chunk to be computed."
+            ),
+            budget=budget_words,
+        )
+    else:
+        text.add(
+            N_(
+                "It has the signature of prefill interference: new requests' prefills run in the same steps "
+                "as the streams already decoding, and each of those streams waits for them."
+            )
+        )
+
+
+def _signature_words(ev: _TailEvidence, text: Text) -> None:
+    th = ev.th
+    text.add(
+        N_(
+            "The trace shows it: {sync} of the {n} long gaps (over {k} the p50 ITL) stall most of the "
+            "streams at once, and {overlap} of them fall inside another request's prefill (against "
+            "{normal} of ordinary gaps)."
+        ),
+        sync=Pct(ev.sync, 0),
+        n=Num(ev.numbers["stalls"], 0),
+        k=times(th.long_gap_factor),
+        overlap=Pct(ev.overlap, 0),
+        normal=Pct(ev.overlap_normal, 0) if finite(ev.overlap_normal) else "?",
+    )
+    if ev.chunked_on and not ev.strong:
+        # The setting says chunked prefill, the timing only partly agrees: say so.
+        text.add(
+            N_(
+                "The stall timing only partly matches: fewer than {share} of the long gaps are "
+                "shared across streams or fall in a prefill, so part of the tail may have "
+                "another cause."
+            ),
+            share=Pct(th.sync_signature_share, 0),
+        )
+
+
+def _p90_words(ev: _TailEvidence, text: Text) -> None:
+    itl = itl_percentiles(ev.data)
+    top = ev.data.concurrencies[-1]
+    p90_top = itl[1][-1] if itl else math.nan
+    p50_top = itl[0][-1] if itl else math.nan
+    if finite(p90_top) and finite(p50_top) and p90_top >= ev.th.long_gap_factor * p50_top:
+        text.add(
+            N_(
+                "At C={c} even p90 ITL is {p90}: more than one gap in ten waits on another request's prefill."
+            ),
+            c=top,
+            p90=Ms(p90_top),
+        )
+
+
+def _kv_admission(ev: _TailEvidence) -> Finding | None:
+    kv, waiting = ev.kv, ev.waiting
+    if not (finite(kv) and kv >= ev.th.kv_full_fraction and finite(waiting) and waiting > 0):
+        return None
+    text = Text().add(
+        N_(
+            "The KV cache is full: usage reached {kv} with {w} requests waiting and no preemption, so new "
+            "requests are admitted only as others finish and free their KV blocks."
+        ),
+        kv=Pct(kv),
+        w=Num(waiting, 0),
+    )
+    return _answer(ev, "kv_admission", "warning", text)
+
+
+def _max_num_seqs(ev: _TailEvidence) -> Finding | None:
+    max_seqs, running, waiting = ev.max_seqs, ev.running, ev.waiting
+    at_cap = finite(max_seqs) and finite(running) and running >= float(max_seqs)
+    if not (at_cap and finite(waiting) and waiting > 0):
+        return None
+    text = Text().add(
+        N_(
+            "The scheduler's cap is reached: {r} requests running = max_num_seqs {m}, with {w} waiting; new "
+            "requests start only as others finish."
+        ),
+        r=Num(running, 0),
+        m=Num(float(max_seqs), 0),
+        w=Num(waiting, 0),
+    )
+    return _answer(ev, "max_num_seqs", "warning", text)
+
+
+def _cause_unknown(ev: _TailEvidence) -> Finding:
+    """No rule explains the tail: say what is missing for a verdict."""
     text = Text().add(
         N_("The cause of the tail at {where} cannot be told from this data: missing {missing}."),
-        where=where,
-        missing=Missing(missing),
+        where=Levels(ev.opened),
+        missing=Missing(ev.missing),
     )
-    return done("unknown", "unknown", text)
+    return _answer(ev, "unknown", "unknown", text)
+
+
+TailRule = Callable[[_TailEvidence], Finding | None]
+TAIL_RULES: tuple[TailRule, ...] = (
+    _no_timestamps,
+    _client_overload,
+    _preempted_without_tail,
+    _no_tail,
+    _preemption,
+    _chunked_prefill,
+    _kv_admission,
+    _max_num_seqs,
+)
+"""The tail rules in the order they are asked; the first that answers explains the tail."""
 
 
 def _cause_data(data: RunFrames, chunked: Any, has_signature: bool) -> list[str]:
