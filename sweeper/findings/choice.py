@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, Thresholds
 from sweeper.findings._words import (
@@ -68,19 +69,7 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
     uses = ["throughput and latency percentiles per level (client)"]
     base = single_stream(data)
     if base is None or not use:
-        text = Text().add(
-            N_(
-                "No operating point can be recommended: it needs throughput and the latencies of the "
-                "service level ({slo})."
-            ),
-            slo=slo_words(given),
-        )
-        return unknown(
-            "recommended",
-            text,
-            [f"level_frame.{s.column}" for s in dropped] or ["throughput"],
-            uses,
-        )
+        return _cannot_recommend(given, dropped, uses)
     c = choose_level(data, use)
     numbers: dict[str, Any] = {
         "slo": [s.label for s in use],
@@ -88,121 +77,14 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
         "slo_source": "user" if slos else "default",
     }
     if c is None:
-        low = data.concurrencies[0]
-        text = Text().add(
-            N_("No level meets {slo}: even C={c} has p99 TTFT {ttft} and p50 ITL {itl}."),
-            slo=slo_words(use),
-            c=low,
-            ttft=_ms_or_q(data.value(low, "ttft_p99_ms")),
-            itl=_ms_or_q(data.value(low, "itl_p50_ms")),
-        )
-        numbers.update({"concurrency": None})
-        return Finding(
-            id="recommended",
-            severity="warning",
-            numbers=numbers,
-            text=text.render(),
-            data=uses,
-            missing=[s.label for s in dropped],
-        )
-    v = lambda name, cc=c: data.value(cc, name)  # noqa: E731
-    tput = v("output_throughput_tok_s")
+        return _no_level_meets(data, use, dropped, numbers, uses)
+    tput = data.value(c, "output_throughput_tok_s")
     speedup = tput / base.tok_s
     itl1 = data.value(base.concurrency, "itl_p50_ms")
-    numbers.update(
-        {
-            "concurrency": c,
-            "throughput_tok_s": num(tput, 2),
-            "speedup": num(speedup, 3),
-            "ttft_p50_ms": num(v("ttft_p50_ms"), 2),
-            "ttft_p99_ms": num(v("ttft_p99_ms"), 2),
-            "itl_p50_ms": num(v("itl_p50_ms"), 3),
-            "itl_p99_ms": num(v("itl_p99_ms"), 3),
-            "tpot_p50_ms": num(v("tpot_p50_ms"), 3),
-            "e2el_p50_ms": num(v("e2el_p50_ms"), 1),
-        }
-    )
+    numbers.update(_operating_point_numbers(data, c, tput, speedup))
     text = Text()
-    if finite(v("itl_p50_ms")) and finite(itl1) and v("itl_p50_ms") < itl1 * 1.005:
-        # Not slower than one stream (to the percent shown): "-3% slower" would read wrong.
-        text.add(
-            N_(
-                "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} (no slower "
-                "than a single stream) and p99 TTFT {ttft}."
-            ),
-            c=c,
-            tput=tok_s(tput),
-            speedup=times(speedup),
-            itl=Ms(v("itl_p50_ms")),
-            ttft=_ms_or_q(v("ttft_p99_ms")),
-        )
-    elif finite(v("itl_p50_ms")) and finite(itl1):
-        text.add(
-            N_(
-                "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "
-                "a single stream) and p99 TTFT {ttft}."
-            ),
-            c=c,
-            tput=tok_s(tput),
-            speedup=times(speedup),
-            itl=Ms(v("itl_p50_ms")),
-            slower=Pct(v("itl_p50_ms") / itl1 - 1, 0),
-            ttft=_ms_or_q(v("ttft_p99_ms")),
-        )
-    else:
-        text.add(
-            N_("Run at C={c}: {tput} tok/s, {speedup} a single stream, with p99 TTFT {ttft}."),
-            c=c,
-            tput=tok_s(tput),
-            speedup=times(speedup),
-            ttft=_ms_or_q(v("ttft_p99_ms")),
-        )
-    cs = data.concurrencies
-    i = cs.index(c)
-    if i + 1 < len(cs):
-        n = cs[i + 1]
-        gain = v("output_throughput_tok_s", n) / tput - 1
-        t0, t1 = v("ttft_p99_ms"), v("ttft_p99_ms", n)
-        breaks = [s.label for s in use if not s.met(data.levels.iloc[i + 1])]
-        numbers["next"] = {
-            "concurrency": n,
-            "throughput_gain": num(gain),
-            "ttft_p99_ms": num(t1, 2),
-            "ttft_p99_ratio": num(t1 / t0 if finite(t0) and t0 > 0 else math.nan, 3),
-            "itl_p50_ms": num(v("itl_p50_ms", n), 3),
-            "breaks": breaks,
-        }
-        if finite(t0) and finite(t1) and t0 > 0:
-            ratio = t1 / t0
-            lo, hi = th.ttft_doubling_band
-            if lo <= ratio <= hi:
-                text.add(
-                    N_(
-                        "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT doubling to {t1}."
-                    ),
-                    n=n,
-                    gain=Pct(gain, 0),
-                    t1=Ms(t1),
-                )
-            else:
-                text.add(
-                    N_(
-                        "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT going to {t1} "
-                        "({ratio})."
-                    ),
-                    n=n,
-                    gain=Pct(gain, 0),
-                    t1=Ms(t1),
-                    ratio=times(ratio),
-                )
-    else:
-        text.add(
-            N_(
-                "C={c} is the highest level swept: throughput may keep growing beyond it within the same service "
-                "level."
-            ),
-            c=c,
-        )
+    _run_at_words(text, data, c, tput, speedup, itl1)
+    _next_level_words(text, numbers, data, th, use, c, tput)
     if slos:
         text.add(N_("Service level: {slo}."), slo=slo_words(use))
     else:
@@ -218,6 +100,166 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
         data=uses,
         missing=[f"{s.label} (no such data)" for s in dropped],
     )
+
+
+def _cannot_recommend(given: Sequence[SLO], dropped: Sequence[SLO], uses: list[str]) -> Finding:
+    text = Text().add(
+        N_(
+            "No operating point can be recommended: it needs throughput and the latencies of the "
+            "service level ({slo})."
+        ),
+        slo=slo_words(given),
+    )
+    return unknown(
+        "recommended",
+        text,
+        [f"level_frame.{s.column}" for s in dropped] or ["throughput"],
+        uses,
+    )
+
+
+def _no_level_meets(
+    data: RunFrames,
+    use: Sequence[SLO],
+    dropped: Sequence[SLO],
+    numbers: dict[str, Any],
+    uses: list[str],
+) -> Finding:
+    low = data.concurrencies[0]
+    text = Text().add(
+        N_("No level meets {slo}: even C={c} has p99 TTFT {ttft} and p50 ITL {itl}."),
+        slo=slo_words(use),
+        c=low,
+        ttft=_ms_or_q(data.value(low, "ttft_p99_ms")),
+        itl=_ms_or_q(data.value(low, "itl_p50_ms")),
+    )
+    numbers.update({"concurrency": None})
+    return Finding(
+        id="recommended",
+        severity="warning",
+        numbers=numbers,
+        text=text.render(),
+        data=uses,
+        missing=[s.label for s in dropped],
+    )
+
+
+def _operating_point_numbers(
+    data: RunFrames, c: int, tput: float, speedup: float
+) -> dict[str, Any]:
+    v = lambda name: data.value(c, name)  # noqa: E731
+    return {
+        "concurrency": c,
+        "throughput_tok_s": num(tput, 2),
+        "speedup": num(speedup, 3),
+        "ttft_p50_ms": num(v("ttft_p50_ms"), 2),
+        "ttft_p99_ms": num(v("ttft_p99_ms"), 2),
+        "itl_p50_ms": num(v("itl_p50_ms"), 3),
+        "itl_p99_ms": num(v("itl_p99_ms"), 3),
+        "tpot_p50_ms": num(v("tpot_p50_ms"), 3),
+        "e2el_p50_ms": num(v("e2el_p50_ms"), 1),
+    }
+
+
+def _run_at_words(
+    text: Text, data: RunFrames, c: int, tput: float, speedup: float, itl1: float
+) -> None:
+    """The recommendation itself: level, throughput, and its ITL against a single stream's."""
+    itl = data.value(c, "itl_p50_ms")
+    ttft = _ms_or_q(data.value(c, "ttft_p99_ms"))
+    if finite(itl) and finite(itl1) and itl < itl1 * 1.005:
+        # Not slower than one stream (to the percent shown): "-3% slower" would read wrong.
+        text.add(
+            N_(
+                "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} (no slower "
+                "than a single stream) and p99 TTFT {ttft}."
+            ),
+            c=c,
+            tput=tok_s(tput),
+            speedup=times(speedup),
+            itl=Ms(itl),
+            ttft=ttft,
+        )
+    elif finite(itl) and finite(itl1):
+        text.add(
+            N_(
+                "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "
+                "a single stream) and p99 TTFT {ttft}."
+            ),
+            c=c,
+            tput=tok_s(tput),
+            speedup=times(speedup),
+            itl=Ms(itl),
+            slower=Pct(itl / itl1 - 1, 0),
+            ttft=ttft,
+        )
+    else:
+        text.add(
+            N_("Run at C={c}: {tput} tok/s, {speedup} a single stream, with p99 TTFT {ttft}."),
+            c=c,
+            tput=tok_s(tput),
+            speedup=times(speedup),
+            ttft=ttft,
+        )
+
+
+def _next_level_words(
+    text: Text,
+    numbers: dict[str, Any],
+    data: RunFrames,
+    th: Thresholds,
+    use: Sequence[SLO],
+    c: int,
+    tput: float,
+) -> None:
+    """What the next level up would gain and cost (``numbers["next"]``)."""
+    cs = data.concurrencies
+    i = cs.index(c)
+    if i + 1 >= len(cs):
+        text.add(
+            N_(
+                "C={c} is the highest level swept: throughput may keep growing beyond it within the same service "
+                "level."
+            ),
+            c=c,
+        )
+        return
+    n = cs[i + 1]
+    gain = data.value(n, "output_throughput_tok_s") / tput - 1
+    t0, t1 = data.value(c, "ttft_p99_ms"), data.value(n, "ttft_p99_ms")
+    breaks = [s.label for s in use if not s.met(data.levels.iloc[i + 1])]
+    numbers["next"] = {
+        "concurrency": n,
+        "throughput_gain": num(gain),
+        "ttft_p99_ms": num(t1, 2),
+        "ttft_p99_ratio": num(t1 / t0 if finite(t0) and t0 > 0 else math.nan, 3),
+        "itl_p50_ms": num(data.value(n, "itl_p50_ms"), 3),
+        "breaks": breaks,
+    }
+    if not (finite(t0) and finite(t1) and t0 > 0):
+        return
+    ratio = t1 / t0
+    lo, hi = th.ttft_doubling_band
+    if lo <= ratio <= hi:
+        text.add(
+            N_(
+                "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT doubling to {t1}."
+            ),
+            n=n,
+            gain=Pct(gain, 0),
+            t1=Ms(t1),
+        )
+    else:
+        text.add(
+            N_(
+                "Going up to C={n} gains {gain} more throughput, at the cost of p99 TTFT going to {t1} "
+                "({ratio})."
+            ),
+            n=n,
+            gain=Pct(gain, 0),
+            t1=Ms(t1),
+            ratio=times(ratio),
+        )
 
 
 def _ms_or_q(ms: float) -> Any:
@@ -321,15 +363,9 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
         )
     base_c = cs[0]
     g0 = float(gen.iloc[0])
-    # The level to explain: the largest drop in per-request speed.
-    drops = [(g0 - float(g)) / g0 if finite(g) and g0 > 0 else -math.inf for g in gen]
-    i = int(np.argmax(drops))
-    if i == 0:
-        i = len(cs) - 1
+    drops, i = _largest_drop(gen, g0)
     c = cs[i]
-    g1 = float(gen.iloc[i])
     prompt = data.value(c, "prompt_tokens_mean")
-    out_tokens = data.value(c, "output_tokens_mean")
     parts = _attribution(data, base_c, c, tail_cause)
     server_used = parts.pop("_server")
     if server_used:
@@ -355,111 +391,140 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
             ),
             g0=tok_s(g0),
             c0=base_c,
-            g1=tok_s(g1),
+            g1=tok_s(float(gen.iloc[i])),
             c1=c,
             drop=signed_pct(-drops[i]),
             p0=tok_s(float(per_gpu.iloc[0])),
             p1=tok_s(float(per_gpu.iloc[i])),
         )
     if finite(prompt):
+        out_tokens = data.value(c, "output_tokens_mean")
         text.add(
             N_("Requests carry {p} prompt tokens on average for {o} output tokens."),
             p=Num(prompt, 0),
             o=Num(out_tokens, 0) if finite(out_tokens) else "?",
         )
-    added = parts.get("added_s", math.nan)
-    shares = {k: v for k, v in parts.items() if k != "added_s"}
-    if finite(added) and added > 0 and shares:
-        pos = {k: max(v, 0.0) for k, v in shares.items() if finite(v)}
-        total = sum(pos.values()) or 1.0
-        names = {
-            "queueing": N_("queueing"),
-            "prefill_interference": N_("prefill interference"),
-            "decode_slowdown": N_("slower decode steps"),
-            "waiting_for_first_token": N_("waiting for the first token (queue + prefill)"),
-            "decode_total": N_("slower decoding"),
-            "preemption_stalls": N_("stalls from preemption"),
-            "decode_stalls": N_("long stalls in decoding"),
-        }
-        share_words = [
-            Msg(N_("{share} {what}"), {"share": Pct(v / total, 0), "what": Msg(names[k])})
-            for k, v in sorted(pos.items(), key=lambda kv: -kv[1])
-        ]
-        text.add(
-            N_("Each request takes {added} longer at C={c}: {parts}."),
-            added=Ms(added * 1e3),
-            c=c,
-            parts=Join(share_words),
-        )
-        dominant = max(pos, key=lambda k: pos[k])
+    dominant = _added_time_words(text, c, parts, advise=drops[i] >= th.speed_drop_notice)
+    if dominant is not None:
         numbers["dominant"] = dominant
-        advice = {
-            "queueing": N_(
-                "Requests wait for a slot (KV cache or max_num_seqs is full): more concurrency only adds "
-                "waiting."
-            ),
-            "waiting_for_first_token": N_(
-                "Most of the added time passes before the first token (queueing or "
-                "prefill): scrape the server's /metrics to tell the two apart."
-            ),
-            "prefill_interference": N_(
-                "Other requests' prefills slow the streams that are decoding: each prefill chunk "
-                "shares a step with them; a larger --max-num-batched-tokens shortens each "
-                "prefill, fewer concurrent long prompts or a separate prefill pool remove the "
-                "interference."
-            ),
-            "decode_slowdown": N_(
-                "Each decode step is slower with more streams (more KV cache read per step): the "
-                "cost of batching, not a fault."
-            ),
-            "decode_total": N_(
-                "The time goes into decoding; without per-token timestamps it cannot be split into "
-                "prefill stalls and slower steps."
-            ),
-            "preemption_stalls": N_(
-                "Preempted requests lose their KV cache and are recomputed: a larger KV cache or "
-                "fewer concurrent requests avoid it."
-            ),
-            "decode_stalls": N_(
-                "Long stalls interrupt decoding; the tail-cause finding says what is known of them."
-            ),
-        }
-        if drops[i] >= th.speed_drop_notice:
-            text.add(advice[dominant])
-    # Speed flat between the two top levels while throughput grows: the server had room.
-    if len(cs) >= 2 and per_gpu is not None:
-        ga, gb = float(gen.iloc[-2]), float(gen.iloc[-1])
-        ta, tb = float(per_gpu.iloc[-2]), float(per_gpu.iloc[-1])
-        if (
-            finite(ga)
-            and finite(gb)
-            and ga > 0
-            and abs(gb / ga - 1) < th.plateau_speed_change
-            and finite(ta)
-            and ta > 0
-            and tb / ta - 1 > th.plateau_throughput_gain
-        ):
-            text.add(
-                N_(
-                    "From C={a} to C={b} per-request speed barely changes ({ga} → {gb} tok/s) while throughput "
-                    "per GPU grows {gain}: at C={a} the server was not saturated."
-                ),
-                a=cs[-2],
-                b=cs[-1],
-                ga=tok_s(ga),
-                gb=tok_s(gb),
-                gain=Pct(tb / ta - 1, 0),
-            )
-    severity = "notice" if drops[i] >= th.speed_drop_notice else "info"
+    if per_gpu is not None:
+        _plateau_words(text, data, gen, per_gpu, th)
     return Finding(
         id="long_input",
-        severity=severity,
+        severity="notice" if drops[i] >= th.speed_drop_notice else "info",
         levels=[base_c, c],
         numbers=numbers,
         text=text.render(),
         data=uses,
         missing=[] if server_used else ["server queue/prefill/decode histograms (/metrics)"],
     )
+
+
+def _largest_drop(gen: pd.Series, g0: float) -> tuple[list[float], int]:
+    """Each level's drop in per-request speed from the first level's, and the level to explain:
+    the largest drop (the top level when no level is slower than the first)."""
+    drops = [(g0 - float(g)) / g0 if finite(g) and g0 > 0 else -math.inf for g in gen]
+    i = int(np.argmax(drops))
+    if i == 0:
+        i = len(drops) - 1
+    return drops, i
+
+
+_PART_NAMES = {
+    "queueing": N_("queueing"),
+    "prefill_interference": N_("prefill interference"),
+    "decode_slowdown": N_("slower decode steps"),
+    "waiting_for_first_token": N_("waiting for the first token (queue + prefill)"),
+    "decode_total": N_("slower decoding"),
+    "preemption_stalls": N_("stalls from preemption"),
+    "decode_stalls": N_("long stalls in decoding"),
+}
+_ADVICE = {
+    "queueing": N_(
+        "Requests wait for a slot (KV cache or max_num_seqs is full): more concurrency only adds "
+        "waiting."
+    ),
+    "waiting_for_first_token": N_(
+        "Most of the added time passes before the first token (queueing or "
+        "prefill): scrape the server's /metrics to tell the two apart."
+    ),
+    "prefill_interference": N_(
+        "Other requests' prefills slow the streams that are decoding: each prefill chunk "
+        "shares a step with them; a larger --max-num-batched-tokens shortens each "
+        "prefill, fewer concurrent long prompts or a separate prefill pool remove the "
+        "interference."
+    ),
+    "decode_slowdown": N_(
+        "Each decode step is slower with more streams (more KV cache read per step): the "
+        "cost of batching, not a fault."
+    ),
+    "decode_total": N_(
+        "The time goes into decoding; without per-token timestamps it cannot be split into "
+        "prefill stalls and slower steps."
+    ),
+    "preemption_stalls": N_(
+        "Preempted requests lose their KV cache and are recomputed: a larger KV cache or "
+        "fewer concurrent requests avoid it."
+    ),
+    "decode_stalls": N_(
+        "Long stalls interrupt decoding; the tail-cause finding says what is known of them."
+    ),
+}
+"""What to do about each part of the added time, said when the speed drop is large enough."""
+
+
+def _added_time_words(text: Text, c: int, parts: dict[str, Any], *, advise: bool) -> str | None:
+    """Where each request's added time at C=c goes, as shares (and, with ``advise``, what to do
+    about the largest); returns the largest part's name, None when no time was added."""
+    added = parts.get("added_s", math.nan)
+    shares = {k: v for k, v in parts.items() if k != "added_s"}
+    if not (finite(added) and added > 0 and shares):
+        return None
+    pos = {k: max(v, 0.0) for k, v in shares.items() if finite(v)}
+    total = sum(pos.values()) or 1.0
+    share_words = [
+        Msg(N_("{share} {what}"), {"share": Pct(v / total, 0), "what": Msg(_PART_NAMES[k])})
+        for k, v in sorted(pos.items(), key=lambda kv: -kv[1])
+    ]
+    text.add(
+        N_("Each request takes {added} longer at C={c}: {parts}."),
+        added=Ms(added * 1e3),
+        c=c,
+        parts=Join(share_words),
+    )
+    dominant = max(pos, key=lambda k: pos[k])
+    if advise:
+        text.add(_ADVICE[dominant])
+    return dominant
+
+
+def _plateau_words(
+    text: Text, data: RunFrames, gen: pd.Series, per_gpu: pd.Series, th: Thresholds
+) -> None:
+    """Speed flat between the two top levels while throughput grows: the server had room."""
+    cs = data.concurrencies
+    ga, gb = float(gen.iloc[-2]), float(gen.iloc[-1])
+    ta, tb = float(per_gpu.iloc[-2]), float(per_gpu.iloc[-1])
+    if (
+        finite(ga)
+        and finite(gb)
+        and ga > 0
+        and abs(gb / ga - 1) < th.plateau_speed_change
+        and finite(ta)
+        and ta > 0
+        and tb / ta - 1 > th.plateau_throughput_gain
+    ):
+        text.add(
+            N_(
+                "From C={a} to C={b} per-request speed barely changes ({ga} → {gb} tok/s) while throughput "
+                "per GPU grows {gain}: at C={a} the server was not saturated."
+            ),
+            a=cs[-2],
+            b=cs[-1],
+            ga=tok_s(ga),
+            gb=tok_s(gb),
+            gain=Pct(tb / ta - 1, 0),
+        )
 
 
 _STALL_KEY = {"chunked_prefill": "prefill_interference", "preemption": "preemption_stalls"}
