@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings._words import (
@@ -39,19 +41,36 @@ def kv_capacity(data: RunFrames) -> tuple[float, str] | None:
     return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Pool:
+    """The KV pool against one request's tokens."""
+
+    capacity: float  # tokens
+    inp: float
+    out: float
+    per_req: float  # tokens per request, in + out
+    exact: float  # capacity ÷ per_req
+    ceiling: int  # requests that fit at once
+
+
+def _pool(capacity: float, inp: float, out: float) -> _Pool:
+    per_req = inp + out
+    exact = capacity / per_req
+    return _Pool(
+        capacity=capacity,
+        inp=inp,
+        out=out,
+        per_req=per_req,
+        exact=exact,
+        ceiling=math.floor(exact),
+    )
+
+
 def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     cap = kv_capacity(data)
     inp, out = request_lengths(data)
     uses = ["workload input/output lengths"]
-    missing = []
-    if cap is None:
-        missing.append(
-            N_(
-                "the KV cache capacity (--server-log with 'GPU KV cache size', or /metrics vllm:cache_config_info)"
-            )
-        )
-    if inp is None or out is None:
-        missing.append(N_("tokens per request (input and output lengths)"))
+    missing = _ceiling_missing(cap, inp, out)
     if missing:
         text = Text().add(
             N_("The real concurrency ceiling cannot be computed: missing {missing}."),
@@ -61,100 +80,31 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     assert cap is not None and inp is not None and out is not None
     capacity, cap_source = cap
     uses.append(cap_source)
-    per_req = inp + out
-    exact = capacity / per_req
-    ceiling = math.floor(exact)
-    occupancy = [c * per_req / capacity for c in data.concurrencies]
+    pool = _pool(capacity, inp, out)
+    occupancy = [c * pool.per_req / capacity for c in data.concurrencies]
     observed = [data.server_value(c, "kv_usage_max") for c in data.concurrencies]
     if any(finite(v) for v in observed):
         uses.append("server KV usage per level")
     max_seqs = data.fact("server.config.max_num_seqs")
-    top = data.concurrencies[-1]
+    seqs_above = finite(max_seqs) and float(max_seqs) > pool.ceiling
     text = Text()
-    if finite(max_seqs) and float(max_seqs) > ceiling:
-        text.add(
-            N_(
-                "The real concurrency ceiling is {ceiling}, not the {m} of --max-num-seqs: the KV cache holds "
-                "{cap} tokens and each request needs {per} ({inp} in + {out} out); {cap} ÷ {per} = {exact}."
-            ),
-            ceiling=ceiling,
-            m=Num(float(max_seqs), 0),
-            cap=Num(capacity, 0),
-            per=Num(per_req, 0),
-            inp=Num(inp, 0),
-            out=Num(out, 0),
-            exact=Num(exact, 1),
-        )
-    else:
-        text.add(
-            N_(
-                "The KV cache holds {cap} tokens and each request needs {per} ({inp} in + {out} out): "
-                "at most {ceiling} requests fit at once ({cap} ÷ {per} = {exact})."
-            ),
-            ceiling=ceiling,
-            cap=Num(capacity, 0),
-            per=Num(per_req, 0),
-            inp=Num(inp, 0),
-            out=Num(out, 0),
-            exact=Num(exact, 1),
-        )
-        if finite(max_seqs):
-            text.add(N_("--max-num-seqs {m} binds first."), m=Num(float(max_seqs), 0))
-    obs_top = observed[-1]
-    if finite(obs_top):
-        text.add(
-            N_(
-                "At C={c} the requests need {need} tokens, {occ} of the pool; the server's own peak KV usage "
-                "there was {obs}."
-            ),
-            c=top,
-            need=Num(top * per_req, 0),
-            occ=Pct(occupancy[-1]),
-            obs=Pct(obs_top),
-        )
-    else:
-        text.add(
-            N_("At C={c} the requests need {need} tokens, {occ} of the pool."),
-            c=top,
-            need=Num(top * per_req, 0),
-            occ=Pct(occupancy[-1]),
-        )
-    full_at = next(
-        (c for c, o in zip(data.concurrencies, occupancy, strict=True) if o >= 1.0), None
-    )
-    if full_at is not None:
-        text.add(
-            N_(
-                "From C={c} the pool is over-committed: requests beyond {ceiling} wait for KV room or are "
-                "preempted."
-            ),
-            c=full_at,
-            ceiling=ceiling,
-        )
-    elif 2 * top > exact:
-        text.add(
-            N_(
-                "C={c} would need {need} tokens, {times} the pool: that many requests cannot run at once."
-            ),
-            c=2 * top,
-            need=Num(2 * top * per_req, 0),
-            times=times(2 * top * per_req / capacity),
-        )
+    _ceiling_words(text, pool, max_seqs, seqs_above=seqs_above)
+    _top_level_words(text, pool, data.concurrencies[-1], occupancy[-1], observed[-1])
+    full_at = _overcommit_words(text, pool, data.concurrencies, occupancy)
     close = [
         c
         for c, o in zip(data.concurrencies, occupancy, strict=True)
         if o >= th.kv_warning_occupancy
     ]
-    severity = "warning" if close or (finite(max_seqs) and float(max_seqs) > ceiling) else "info"
     return Finding(
         id="kv_ceiling",
-        severity=severity,
+        severity="warning" if close or seqs_above else "info",
         levels=close,
         numbers={
             "capacity_tokens": num(capacity, 0),
-            "tokens_per_request": num(per_req, 0),
-            "ceiling": ceiling,
-            "ceiling_exact": num(exact, 3),
+            "tokens_per_request": num(pool.per_req, 0),
+            "ceiling": pool.ceiling,
+            "ceiling_exact": num(pool.exact, 3),
             "occupancy": per_level(data, occupancy),
             "observed_kv_usage_max": per_level(data, observed),
             "full_at": full_at,
@@ -165,26 +115,144 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     )
 
 
+def _ceiling_missing(
+    cap: tuple[float, str] | None, inp: float | None, out: float | None
+) -> list[str]:
+    missing = []
+    if cap is None:
+        missing.append(
+            N_(
+                "the KV cache capacity (--server-log with 'GPU KV cache size', or /metrics vllm:cache_config_info)"
+            )
+        )
+    if inp is None or out is None:
+        missing.append(N_("tokens per request (input and output lengths)"))
+    return missing
+
+
+def _ceiling_words(text: Text, pool: _Pool, max_seqs: Any, *, seqs_above: bool) -> None:
+    """The ceiling itself, against --max-num-seqs."""
+    sizes = {
+        "ceiling": pool.ceiling,
+        "cap": Num(pool.capacity, 0),
+        "per": Num(pool.per_req, 0),
+        "inp": Num(pool.inp, 0),
+        "out": Num(pool.out, 0),
+        "exact": Num(pool.exact, 1),
+    }
+    if seqs_above:
+        text.add(
+            N_(
+                "The real concurrency ceiling is {ceiling}, not the {m} of --max-num-seqs: the KV cache holds "
+                "{cap} tokens and each request needs {per} ({inp} in + {out} out); {cap} ÷ {per} = {exact}."
+            ),
+            m=Num(float(max_seqs), 0),
+            **sizes,
+        )
+        return
+    text.add(
+        N_(
+            "The KV cache holds {cap} tokens and each request needs {per} ({inp} in + {out} out): "
+            "at most {ceiling} requests fit at once ({cap} ÷ {per} = {exact})."
+        ),
+        **sizes,
+    )
+    if finite(max_seqs):
+        text.add(N_("--max-num-seqs {m} binds first."), m=Num(float(max_seqs), 0))
+
+
+def _top_level_words(
+    text: Text, pool: _Pool, top: int, occupancy_top: float, observed_top: float
+) -> None:
+    """What the top level asks of the pool, and what the server saw there."""
+    if finite(observed_top):
+        text.add(
+            N_(
+                "At C={c} the requests need {need} tokens, {occ} of the pool; the server's own peak KV usage "
+                "there was {obs}."
+            ),
+            c=top,
+            need=Num(top * pool.per_req, 0),
+            occ=Pct(occupancy_top),
+            obs=Pct(observed_top),
+        )
+    else:
+        text.add(
+            N_("At C={c} the requests need {need} tokens, {occ} of the pool."),
+            c=top,
+            need=Num(top * pool.per_req, 0),
+            occ=Pct(occupancy_top),
+        )
+
+
+def _overcommit_words(
+    text: Text, pool: _Pool, concurrencies: list[int], occupancy: list[float]
+) -> int | None:
+    """From which level the pool is over-committed (returned), else whether twice the top level
+    would be."""
+    full_at = next((c for c, o in zip(concurrencies, occupancy, strict=True) if o >= 1.0), None)
+    top = concurrencies[-1]
+    if full_at is not None:
+        text.add(
+            N_(
+                "From C={c} the pool is over-committed: requests beyond {ceiling} wait for KV room or are "
+                "preempted."
+            ),
+            c=full_at,
+            ceiling=pool.ceiling,
+        )
+    elif 2 * top > pool.exact:
+        text.add(
+            N_(
+                "C={c} would need {need} tokens, {times} the pool: that many requests cannot run at once."
+            ),
+            c=2 * top,
+            need=Num(2 * top * pool.per_req, 0),
+            times=times(2 * top * pool.per_req / pool.capacity),
+        )
+    return full_at
+
+
 # ---------------------------------------------------------------------------------------------
 # 7. Memory headroom
 
 
-def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
-    cfg = data.manifest.server.config
+@dataclass(frozen=True, kw_only=True)
+class _MemoryAccounts:
+    """The server log's memory accounting (bytes; each fact's value, or None)."""
+
+    kv_mem: Any
+    suggested: Any
+    total: Any
+    weights: Any
+    non_torch: Any
+    act: Any
+    graphs: Any
+    budget: Any
+    util: Any
+
+
+def _memory_accounts(data: RunFrames) -> _MemoryAccounts:
     value = data.fact
-    kv_mem = value("server.config.kv_cache_memory_bytes")
-    suggested = value("server.config.suggested_kv_cache_memory_bytes")
-    total = value("server.config.total_memory_bytes")
-    weights = value("server.config.weights_memory_bytes")
-    non_torch = value("server.config.non_torch_memory_bytes")
-    act = value("server.config.activation_peak_bytes")
-    graphs = value("server.config.cuda_graph_memory_bytes")
-    budget = value("server.config.memory_budget_bytes")
-    util = value("server.config.gpu_memory_utilization")
+    return _MemoryAccounts(
+        kv_mem=value("server.config.kv_cache_memory_bytes"),
+        suggested=value("server.config.suggested_kv_cache_memory_bytes"),
+        total=value("server.config.total_memory_bytes"),
+        weights=value("server.config.weights_memory_bytes"),
+        non_torch=value("server.config.non_torch_memory_bytes"),
+        act=value("server.config.activation_peak_bytes"),
+        graphs=value("server.config.cuda_graph_memory_bytes"),
+        budget=value("server.config.memory_budget_bytes"),
+        util=value("server.config.gpu_memory_utilization"),
+    )
+
+
+def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
+    mem = _memory_accounts(data)
     uses = ["server log memory accounting"]
     cap = kv_capacity(data)
     inp, out = request_lengths(data)
-    if not finite(kv_mem) or cap is None:
+    if not finite(mem.kv_mem) or cap is None:
         text = Text().add(
             N_(
                 "The memory headroom cannot be computed: it needs the server log's memory accounting "
@@ -197,47 +265,14 @@ def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
             ["server log memory accounting (Available KV cache memory, GPU KV cache size)"],
             uses,
         )
+    kv_mem = float(mem.kv_mem)
     capacity = cap[0]
     per_req = (inp or 0) + (out or 0)
     ceiling = int(capacity // per_req) if per_req else None
-    parts = [weights, non_torch, act, graphs]
     text = Text()
-    used = None
-    if all(finite(p) or p is None for p in parts) and finite(weights) and finite(act):
-        wn = float(weights) + (float(non_torch) if finite(non_torch) else 0.0)
-        used = wn + float(act) + (float(graphs) if finite(graphs) else 0.0) + float(kv_mem)
-        budget_words = (
-            Msg(
-                N_(", against a budget of {b} GiB (gpu_memory_utilization {u})"),
-                {"b": gib(float(budget)), "u": Num(float(util), 2)},
-            )
-            if finite(budget) and finite(util)
-            else ""
-        )
-        total_words = (
-            Msg(N_(" on a device of {t} GiB"), {"t": gib(float(total))}) if finite(total) else ""
-        )
-        text.add(
-            N_(
-                "Memory: weights and non-torch {wn} GiB, peak activations {a} GiB, CUDA graphs {g} GiB and the "
-                "KV cache {kv} GiB, {used} GiB in all{budget}{total}."
-            ),
-            wn=gib(wn),
-            a=gib(float(act)),
-            g=gib(float(graphs) if finite(graphs) else 0.0),
-            kv=gib(float(kv_mem)),
-            used=gib(used),
-            budget=budget_words,
-            total=total_words,
-        )
-    source = None
-    if finite(suggested) and float(suggested) > 0:
-        new_kv = float(suggested)
-        source = "server suggestion"
-    elif used is not None and finite(total):
-        new_kv = float(total) - (used - float(kv_mem)) - th.memory_reserve_bytes
-        source = "estimate"
-    else:
+    used = _memory_used_words(text, mem)
+    resized = _resized_kv_memory(mem, used, th)
+    if resized is None:
         text.add(
             N_(
                 "Whether more memory could go to the KV cache cannot be told: the device's total memory or the "
@@ -249,11 +284,12 @@ def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
             severity="unknown",
             text=text.render(),
             data=uses,
-            numbers={"kv_cache_memory_bytes": num(kv_mem, 0), "used_bytes": num(used, 0)},
+            numbers={"kv_cache_memory_bytes": num(mem.kv_mem, 0), "used_bytes": num(used, 0)},
             missing=["total device memory or the server's --kv-cache-memory suggestion"],
         )
-    extra = new_kv - float(kv_mem)
-    new_cap = capacity * new_kv / float(kv_mem)
+    new_kv, source = resized
+    extra = new_kv - kv_mem
+    new_cap = capacity * new_kv / kv_mem
     new_ceiling = int(new_cap // per_req) if per_req else None
     if extra <= 0:
         text.add(
@@ -261,42 +297,15 @@ def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
         )
         severity = "info"
     else:
-        text.add(N_("{extra} GiB of GPU memory are not used for the KV cache."), extra=gib(extra))
-        if source == "server suggestion":
-            text.add(
-                N_(
-                    "The server itself suggests --kv-cache-memory={b} ({g} GiB): that grows the pool to about "
-                    "{cap} tokens and lifts the concurrency ceiling from {c0} to {c1}, without touching "
-                    "gpu-memory-utilization."
-                ),
-                b=int(new_kv),
-                g=gib(new_kv),
-                cap=Num(round(new_cap, -2), 0),
-                c0=ceiling if ceiling is not None else "?",
-                c1=new_ceiling if new_ceiling is not None else "?",
-            )
-        else:
-            text.add(
-                N_(
-                    "Keeping {reserve} GiB free, the KV cache could grow to about {g} GiB (--kv-cache-memory={b}): "
-                    "about {cap} tokens, a concurrency ceiling of {c1} instead of {c0}."
-                ),
-                reserve=gib(th.memory_reserve_bytes),
-                g=gib(new_kv),
-                b=int(new_kv),
-                cap=Num(round(new_cap, -2), 0),
-                c0=ceiling if ceiling is not None else "?",
-                c1=new_ceiling if new_ceiling is not None else "?",
-            )
+        _headroom_words(text, th, extra, source, new_kv, new_cap, (ceiling, new_ceiling))
         severity = "notice"
     uses.append("KV cache capacity")
-    _ = cfg
     return Finding(
         id="memory_headroom",
         severity=severity,
         levels=[],
         numbers={
-            "kv_cache_memory_bytes": num(kv_mem, 0),
+            "kv_cache_memory_bytes": num(mem.kv_mem, 0),
             "unused_bytes": num(max(extra, 0.0), 0),
             "suggested_kv_cache_memory_bytes": num(new_kv, 0),
             "source": source,
@@ -305,9 +314,100 @@ def memory_headroom(data: RunFrames, th: Thresholds) -> Finding:
             "ceiling": ceiling,
             "new_ceiling": new_ceiling,
             "used_bytes": num(used, 0),
-            "total_memory_bytes": num(total, 0),
-            "budget_bytes": num(budget, 0),
+            "total_memory_bytes": num(mem.total, 0),
+            "budget_bytes": num(mem.budget, 0),
         },
         text=text.render(),
         data=uses,
     )
+
+
+def _memory_used_words(text: Text, mem: _MemoryAccounts) -> float | None:
+    """Where the memory goes (weights, activations, CUDA graphs, KV cache); returns the bytes in
+    all, None when the accounting is incomplete."""
+    parts = [mem.weights, mem.non_torch, mem.act, mem.graphs]
+    if not (all(finite(p) or p is None for p in parts) and finite(mem.weights) and finite(mem.act)):
+        return None
+    graphs = float(mem.graphs) if finite(mem.graphs) else 0.0
+    wn = float(mem.weights) + (float(mem.non_torch) if finite(mem.non_torch) else 0.0)
+    used = wn + float(mem.act) + graphs + float(mem.kv_mem)
+    budget_words = (
+        Msg(
+            N_(", against a budget of {b} GiB (gpu_memory_utilization {u})"),
+            {"b": gib(float(mem.budget)), "u": Num(float(mem.util), 2)},
+        )
+        if finite(mem.budget) and finite(mem.util)
+        else ""
+    )
+    total_words = (
+        Msg(N_(" on a device of {t} GiB"), {"t": gib(float(mem.total))})
+        if finite(mem.total)
+        else ""
+    )
+    text.add(
+        N_(
+            "Memory: weights and non-torch {wn} GiB, peak activations {a} GiB, CUDA graphs {g} GiB and the "
+            "KV cache {kv} GiB, {used} GiB in all{budget}{total}."
+        ),
+        wn=gib(wn),
+        a=gib(float(mem.act)),
+        g=gib(graphs),
+        kv=gib(float(mem.kv_mem)),
+        used=gib(used),
+        budget=budget_words,
+        total=total_words,
+    )
+    return used
+
+
+def _resized_kv_memory(
+    mem: _MemoryAccounts, used: float | None, th: Thresholds
+) -> tuple[float, str] | None:
+    """The KV cache memory the device allows, and where that figure comes from: the server's own
+    suggestion, else the device's total less what the rest uses and a reserve."""
+    if finite(mem.suggested) and float(mem.suggested) > 0:
+        return float(mem.suggested), "server suggestion"
+    if used is not None and finite(mem.total):
+        new_kv = float(mem.total) - (used - float(mem.kv_mem)) - th.memory_reserve_bytes
+        return new_kv, "estimate"
+    return None
+
+
+def _headroom_words(
+    text: Text,
+    th: Thresholds,
+    extra: float,
+    source: str,
+    new_kv: float,
+    new_cap: float,
+    ceilings: tuple[int | None, int | None],
+) -> None:
+    """The memory left unused and what giving it to the KV cache would lift the ceiling to."""
+    c0, c1 = (c if c is not None else "?" for c in ceilings)
+    text.add(N_("{extra} GiB of GPU memory are not used for the KV cache."), extra=gib(extra))
+    if source == "server suggestion":
+        text.add(
+            N_(
+                "The server itself suggests --kv-cache-memory={b} ({g} GiB): that grows the pool to about "
+                "{cap} tokens and lifts the concurrency ceiling from {c0} to {c1}, without touching "
+                "gpu-memory-utilization."
+            ),
+            b=int(new_kv),
+            g=gib(new_kv),
+            cap=Num(round(new_cap, -2), 0),
+            c0=c0,
+            c1=c1,
+        )
+    else:
+        text.add(
+            N_(
+                "Keeping {reserve} GiB free, the KV cache could grow to about {g} GiB (--kv-cache-memory={b}): "
+                "about {cap} tokens, a concurrency ceiling of {c1} instead of {c0}."
+            ),
+            reserve=gib(th.memory_reserve_bytes),
+            g=gib(new_kv),
+            b=int(new_kv),
+            cap=Num(round(new_cap, -2), 0),
+            c0=c0,
+            c1=c1,
+        )
