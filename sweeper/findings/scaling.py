@@ -9,6 +9,7 @@ with ``N_``) formatted with named placeholders; the Chinese is in the ``findings
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings._words import (
@@ -44,13 +45,7 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
     bw = data.fact("hardware.memory_bandwidth_gb_s")
     weight = data.fact("model.weight_bytes")
     kv = data.fact("model.kv_bytes_per_token")
-    missing = []
-    if not finite(bw):
-        missing.append(N_("the GPU's memory bandwidth (give --gpu)"))
-    if not finite(weight):
-        missing.append(N_("the model's weight bytes (give --model or --model-config)"))
-    if 1 not in data.concurrencies:
-        missing.append(N_("a concurrency-1 level (the single stream)"))
+    missing = _roofline_missing(data, bw, weight)
     if missing:
         text = Text().add(
             N_(
@@ -61,17 +56,7 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
         return unknown("roofline", text, missing, uses)
     tp = data.fact("server.config.tensor_parallel_size")
     tp = int(tp) if finite(tp) and tp >= 1 else 1
-    total = data.fact("model.parameters")
-    active = data.fact("model.active_parameters")
-    weight_read = float(weight)
-    if finite(active) and finite(total) and total > 0:
-        weight_read *= float(active) / float(
-            total
-        )  # a mixture of experts reads only its active experts
-    inp, out = request_lengths(data)
-    context = (inp or 0.0) + th.context_output_fraction * (out or 0.0)
-    kv_read = context * float(kv) if finite(kv) else 0.0
-    per_token = weight_read + kv_read
+    weight_read, context, per_token = _bytes_per_token(data, th, float(weight), kv)
     ideal = tp * float(bw) * GB / per_token
     # The roofline bounds decoding: compare the single stream's decode speed (its TTFT left out,
     # which matters for long prompts), else its output throughput.
@@ -79,20 +64,8 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
     decode = data.value(1, "decode_mean_tok_s")
     measured = decode if finite(decode) else throughput
     ratio = measured / ideal
-    sentence = (
-        N_(
-            "A single stream decodes at {measured} tok/s ({tput} tok/s counting its TTFT), {ratio} of the "
-            "memory-bandwidth roofline of {ideal} tok/s ({bw} GB/s ÷ {gb} GB read per token: the weights "
-            "plus the KV cache of a {ctx}-token context)."
-        )
-        if finite(decode)
-        else N_(
-            "A single stream makes {measured} tok/s, {ratio} of the memory-bandwidth roofline of {ideal} tok/s "
-            "({bw} GB/s ÷ {gb} GB read per token: the weights plus the KV cache of a {ctx}-token context)."
-        )
-    )
     text = Text().add(
-        sentence,
+        _ROOFLINE_DECODE if finite(decode) else _ROOFLINE_THROUGHPUT,
         measured=tok_s(measured),
         tput=tok_s(throughput),
         ratio=Pct(ratio),
@@ -101,33 +74,9 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
         gb=Num(per_token / GB, 2),
         ctx=Num(context, 0),
     )
-    if ratio >= th.roofline_close:
-        text.add(
-            N_(
-                "Decoding is already bound by memory bandwidth: a single stream cannot get much faster "
-                "on this GPU; more throughput has to come from concurrency."
-            )
-        )
-        severity = "info"
-    elif ratio >= th.roofline_far:
-        text.add(
-            N_(
-                "A single stream leaves part of the bandwidth unused: per-step overheads (scheduling, "
-                "sampling, kernel launches) cost about as much as reading the weights."
-            )
-        )
-        severity = "notice"
-    else:
-        text.add(
-            N_(
-                "A single stream is far from the bandwidth limit: something other than reading the weights "
-                "(CPU, scheduling, kernel launches, the network) limits each decode step."
-            )
-        )
-        severity = "warning"
     return Finding(
         id="roofline",
-        severity=severity,
+        severity=_roofline_verdict(text, ratio, th),
         levels=[1],
         numbers={
             "ideal_tok_s": num(ideal, 2),
@@ -147,6 +96,71 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
         if finite(kv)
         else ["model.kv_bytes_per_token (the KV read per step is left out)"],
     )
+
+
+def _roofline_missing(data: RunFrames, bw: Any, weight: Any) -> list[str]:
+    missing = []
+    if not finite(bw):
+        missing.append(N_("the GPU's memory bandwidth (give --gpu)"))
+    if not finite(weight):
+        missing.append(N_("the model's weight bytes (give --model or --model-config)"))
+    if 1 not in data.concurrencies:
+        missing.append(N_("a concurrency-1 level (the single stream)"))
+    return missing
+
+
+def _bytes_per_token(
+    data: RunFrames, th: Thresholds, weight: float, kv: Any
+) -> tuple[float, float, float]:
+    """What one decode step reads: the weights (a mixture of experts: only its active experts)
+    and the KV cache of the mean context; returns (weight bytes read, context tokens, bytes)."""
+    total = data.fact("model.parameters")
+    active = data.fact("model.active_parameters")
+    weight_read = weight
+    if finite(active) and finite(total) and total > 0:
+        weight_read *= float(active) / float(total)
+    inp, out = request_lengths(data)
+    context = (inp or 0.0) + th.context_output_fraction * (out or 0.0)
+    kv_read = context * float(kv) if finite(kv) else 0.0
+    return weight_read, context, weight_read + kv_read
+
+
+_ROOFLINE_DECODE = N_(
+    "A single stream decodes at {measured} tok/s ({tput} tok/s counting its TTFT), {ratio} of the "
+    "memory-bandwidth roofline of {ideal} tok/s ({bw} GB/s ÷ {gb} GB read per token: the weights "
+    "plus the KV cache of a {ctx}-token context)."
+)
+_ROOFLINE_THROUGHPUT = N_(
+    "A single stream makes {measured} tok/s, {ratio} of the memory-bandwidth roofline of {ideal} tok/s "
+    "({bw} GB/s ÷ {gb} GB read per token: the weights plus the KV cache of a {ctx}-token context)."
+)
+
+
+def _roofline_verdict(text: Text, ratio: float, th: Thresholds) -> str:
+    """What the ratio to the roofline means (a sentence), and the finding's severity."""
+    if ratio >= th.roofline_close:
+        text.add(
+            N_(
+                "Decoding is already bound by memory bandwidth: a single stream cannot get much faster "
+                "on this GPU; more throughput has to come from concurrency."
+            )
+        )
+        return "info"
+    if ratio >= th.roofline_far:
+        text.add(
+            N_(
+                "A single stream leaves part of the bandwidth unused: per-step overheads (scheduling, "
+                "sampling, kernel launches) cost about as much as reading the weights."
+            )
+        )
+        return "notice"
+    text.add(
+        N_(
+            "A single stream is far from the bandwidth limit: something other than reading the weights "
+            "(CPU, scheduling, kernel launches, the network) limits each decode step."
+        )
+    )
+    return "warning"
 
 
 # ---------------------------------------------------------------------------------------------
