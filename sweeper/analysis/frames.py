@@ -368,6 +368,13 @@ def _level_row(
         row[latency_column("itl_ms", stat)] = value
     row["gaps"] = int(itl_ms.size)
     row["multi_token_gap_share"] = float((gap_tokens > 1).mean()) if gap_tokens.size else _NAN
+    # Per token: a gap ending in a chunk of k tokens is k tokens' wait of gap / k each (a server
+    # streaming every N tokens sends ~N a chunk: its inter-chunk latency is N tokens' worth).
+    tokens = np.maximum(np.nan_to_num(gap_tokens.astype(float), nan=1.0), 1.0)
+    row["tokens_per_chunk_mean"] = float(tokens.mean()) if tokens.size else _NAN
+    per_token = np.repeat(itl_ms / tokens, tokens.astype(int))
+    for stat, value in stats(per_token).items():
+        row[latency_column("token_itl_ms", stat)] = value
     for speed in ("decode", "gen"):
         s = stats(ok[f"{speed}_tok_s"].to_numpy(dtype=float))
         row[f"{speed}_mean_tok_s"] = s["mean"]

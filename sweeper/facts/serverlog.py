@@ -301,6 +301,7 @@ _SGLANG_ARG_NAMES = {
     "max_prefill_tokens",
     "schedule_policy",
     "disable_radix_cache",
+    "stream_interval",
 }
 
 # One-line facts: pattern -> what to set from the match.

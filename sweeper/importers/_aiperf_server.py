@@ -38,6 +38,8 @@ _VLLM_FLAGS = {
     "--block-size": "block_size",
     "--max-model-len": "max_model_len",
     "--dtype": "dtype",
+    # Tokens per streamed chunk (vLLM >= 0.11): not a ServerConfig field, kept in ``extra``.
+    "--stream-interval": "stream_interval",
 }
 # vllm:cache_config_info keys -> ServerConfig fields
 _CACHE_INFO = {
@@ -262,7 +264,10 @@ def merge_server(levels: list[LevelFiles], warnings: list[str]) -> Server:
         values = {f.value for f in facts.values()}
         first = next(iter(facts.values()))
         if len(values) == 1:
-            setattr(config, name, first)
+            if name in type(config).model_fields:
+                setattr(config, name, first)
+            else:
+                config.extra[name] = first
             continue
         per_level = ", ".join(f"C={c}: {f.value}" for c, f in sorted(facts.items()))
         numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
