@@ -322,6 +322,10 @@ async def _record(
         manifest.status = "aborted"
         clean = True  # the workers finished the level: they can stop in order
         raise
+    except Exception:
+        # A failure of the recorder's own: what was recorded is kept and can be resumed.
+        manifest.status = "incomplete"
+        raise
     finally:
         if pool is not None:
             pool.close(cancel=not clean)
@@ -397,11 +401,15 @@ async def _run_levels(sweep: _Sweep, pool: WorkerPool | None) -> None:
                 continue
             await _run_level(sweep, level, pool)
             level = None
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, Exception) as exc:
         if level is not None and level.status == "running":
             level.status = "interrupted"
             level.end_ns = run.now_ns()
-            level.message = "interrupted (Ctrl-C); finish with --resume"
+            level.message = (
+                "interrupted (Ctrl-C); finish with --resume"
+                if isinstance(exc, asyncio.CancelledError)
+                else f"stopped by {type(exc).__name__}: {exc}; finish with --resume"
+            )
         raise
 
 

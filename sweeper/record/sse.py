@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DONE_MARKER = "[DONE]"
+# The token counts of a usage object: each, when present, must be a whole number >= 0.
+USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 @dataclass
@@ -161,6 +163,7 @@ class ChunkReader:
         info = ChunkInfo()
         usage = obj.get("usage")
         if isinstance(usage, dict):
+            _check_usage(usage)
             self.usage = usage
             info.usage = usage
         timings = obj.get("timings")  # llama.cpp's per-request timings, ms
@@ -204,6 +207,24 @@ class ChunkReader:
             self._completion_so_far = max(total, self._completion_so_far)
             return max(delta, 0)
         return 1 if _has_content(choice, self.endpoint) else 0
+
+
+def _check_usage(usage: dict[str, Any]) -> None:
+    """A usage object whose counts are not whole numbers (``NaN``, ``Infinity``, ``"many"``, -1,
+    2.5) makes the chunk malformed: the error names each bad field with its value as sent."""
+    bad = [
+        f"usage.{name}={json.dumps(usage[name])}"
+        for name in USAGE_COUNTS
+        if usage.get(name) is not None and not _is_count(usage[name])
+    ]
+    if bad:
+        raise StreamFormatError(f"not a token count: {', '.join(bad)}")
+
+
+def _is_count(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return value >= 0 and (isinstance(value, int) or value.is_integer())
 
 
 def _has_content(choice: dict[str, Any], endpoint: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -148,3 +149,22 @@ def test_malformed_and_error_chunks_raise() -> None:
         ChunkReader().read("[1, 2]")
     with pytest.raises(StreamServerError, match="out of memory"):
         ChunkReader().read('{"error": {"message": "out of memory", "code": 500}}')
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("NaN", "NaN"), ("Infinity", "Infinity"), ('"many"', '"many"'), ("-1", "-1"),
+     ("2.5", "2.5"), ("true", "true")],
+)  # fmt: skip
+def test_usage_counts_that_are_not_counts_are_malformed(value: str, shown: str) -> None:
+    reader = ChunkReader()
+    chunk = f'{{"choices":[],"usage":{{"prompt_tokens":3,"completion_tokens":{value}}}}}'
+    with pytest.raises(StreamFormatError, match=re.escape(f"usage.completion_tokens={shown}")):
+        reader.read(chunk)
+    assert reader.usage is None  # the bad usage is not kept
+
+
+def test_usage_counts_whole_floats_and_nulls_are_fine() -> None:
+    reader = ChunkReader()
+    reader.read('{"choices":[],"usage":{"prompt_tokens":3.0,"completion_tokens":null}}')
+    assert reader.usage == {"prompt_tokens": 3.0, "completion_tokens": None}

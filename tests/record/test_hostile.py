@@ -1,0 +1,70 @@
+"""A hostile server and hostile options (issue 16), against the scripted server over loopback:
+each failure is named in one line, nothing recorded is lost, the numbers are right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sweeper.errors import ErrorRateExceeded
+from sweeper.record import RecordConfig, RequestCount, record_sweep
+from sweeper.store import load_trace_set, read_manifest
+from sweeper.testing.server import FaultRule, run_server
+
+
+def _config(base_url: str, out: Path, **changes: object) -> RecordConfig:
+    config = RecordConfig(
+        base_url=base_url, input_len=8, output_len=5, concurrency=[1, 2],
+        requests_per_level=RequestCount(fixed=6), out=out, run_id="h", scrape_interval_s=0.05,
+        warmup=0,
+    )  # fmt: skip
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config
+
+
+@pytest.mark.parametrize(("bad", "wire"), [("nan", "NaN"), ("inf", "Infinity"), ("many", '"many"')])
+def test_bad_usage_counts_are_a_malformed_request_and_the_sweep_goes_on(
+    tmp_path: Path, bad: str, wire: str
+) -> None:
+    rule = FaultRule(f"usage={bad}", every=4)  # every 4th generation request
+    with run_server(ttft_ms=1, itl_ms=1, faults=(rule,)) as server:
+        folder = record_sweep(_config(server.base_url, tmp_path, max_error_rate=1.0))
+    ts = load_trace_set(folder)
+    assert ts.problems == []
+    assert ts.manifest.status == "complete"
+    assert [lv.status for lv in ts.manifest.levels] == ["complete", "complete"]
+    assert len(ts.requests) == 12  # every request recorded once
+    failed = [r for r in ts.requests if r.status == "error"]
+    assert len(failed) == 3  # requests 4, 8, 12 in arrival order
+    for trace in failed:
+        assert trace.error is not None and trace.error.kind == "malformed"
+        assert f"usage.completion_tokens={wire}" in trace.error.message
+        assert sum(trace.chunk_tokens) == 5 and len(trace.chunk_ns) == 5  # its chunks are kept
+        assert trace.completion_tokens == 5  # the last good usage: the running one
+    good = [r for r in ts.requests if r.status == "ok"]
+    assert all(r.completion_tokens == 5 and r.prompt_tokens == 8 for r in good)
+
+
+def test_bad_usage_on_resume_is_the_same_malformed_request(tmp_path: Path) -> None:
+    """A run stopped by the error rate, resumed with a higher --max-error-rate against the same
+    server: the resumed part records the bad answers as failures too, and the run completes."""
+    rule = FaultRule("usage=nan", every=2)
+    with run_server(ttft_ms=1, itl_ms=1, faults=(rule,)) as server:
+        with pytest.raises(ErrorRateExceeded):
+            record_sweep(_config(server.base_url, tmp_path, max_error_rate=0.2))
+        assert read_manifest(tmp_path / "h").status == "aborted"
+        folder = record_sweep(
+            _config(None, tmp_path, resume=True, max_error_rate=1.0)  # type: ignore[arg-type]
+        )
+    ts = load_trace_set(folder)
+    assert ts.manifest.status == "complete" and ts.problems == []
+    assert sorted(r.request_id for r in ts.requests) == sorted(
+        [f"c1-{i:05d}" for i in range(6)] + [f"c2-{i:05d}" for i in range(6)]
+    )
+    kinds = {r.error.kind for r in ts.requests if r.error is not None}
+    assert kinds == {"malformed"}
+    lines = (folder / "requests.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)
