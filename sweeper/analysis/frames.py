@@ -8,7 +8,9 @@ them beside AIPerf's, GuideLLM's and LLMPerf's):
 - ITL: every gap between consecutive content chunks, pooled over the measured requests of a level.
   A chunk carrying k > 1 tokens is one gap; ``tokens`` keeps k so a per-token view is possible.
 - Output throughput: measured output tokens / (last measured end - first measured send), where
-  "end" is the last content chunk (the stream end for a request that sent none).
+  "end" is the last content chunk (the stream end for a request that sent none), less the pauses
+  (in sweeper's own recordings, spans with nothing in flight, longer than 1 s and 10x the
+  level's median request: a level interrupted and resumed; :func:`running_time`).
 - Generation speed: output tokens / E2EL; decode speed: (output tokens - 1) / (E2EL - TTFT).
 - Percentiles: linear interpolation (numpy's default).
 
@@ -28,6 +30,7 @@ request takes a few tens of milliseconds (``benchmarks/metrics_bench.py``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
@@ -275,7 +278,11 @@ def level_frame(
     Added since: cancelled, output_tokens_total, prompt_tokens_total, gaps, basis (``requests``,
     ``requests+tool_duration`` or ``tool_summary``: where the row's numbers come from), and
     output_len_mismatches / input_len_mismatches (completed requests whose server-reported token
-    count differs from the workload's asked length; NaN when no fixed length was asked).
+    count differs from the workload's asked length; NaN when no fixed length was asked),
+    paused_s (spans with no request in flight left out of duration_s, in sweeper's own
+    recordings; NaN for other tools': :func:`running_time`),
+    inflight_mean (the time-weighted mean of requests in flight over duration_s) and
+    inflight_max (NaN for both where the send times are not the recording's own).
     """
     req = request_frame(ts) if requests is None else requests
     gap = gap_frame(ts) if gaps is None else gaps
@@ -295,6 +302,7 @@ def level_frame(
             gap_tokens[in_level],
             tool=source.summaries.get(str(level), {}),
             tool_duration=source.send_times == "reconstructed",
+            closed_loop=source.tool == RECORDER_TOOL,
             slos=slos,
         )
         asked = ts.manifest.workload
@@ -311,6 +319,51 @@ def level_frame(
     frame = pd.DataFrame(rows).sort_values("concurrency", kind="stable").reset_index(drop=True)
     frame["output_throughput_per_gpu_tok_s"] = frame["output_throughput_tok_s"] / n_gpu
     return frame
+
+
+# What ``manifest.source.tool`` says of a trace set recorded by sweeper itself.
+RECORDER_TOOL = "sweeper record"
+# A span with no request of a level in flight is a pause (an interrupted level resumed later, a
+# stopped client) when it is longer than both of these; it is left out of the level's duration.
+PAUSE_MIN_S = 1.0
+PAUSE_MEDIAN_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class RunningTime:
+    """How a level's requests filled its time: the pauses left out of its duration, the time
+    requests were in flight (summed over requests) and the most in flight at once."""
+
+    paused_s: float
+    busy_s: float
+    inflight_max: int
+
+
+def running_time(sends: np.ndarray, ends: np.ndarray, *, pauses: bool = True) -> RunningTime:
+    """The pauses and the in-flight concurrency of one level's requests (send to end, in s).
+
+    A pause is a span where no request was in flight, longer than :data:`PAUSE_MIN_S` and than
+    :data:`PAUSE_MEDIAN_FACTOR` times the level's median request duration. Only ``sweeper
+    record``'s closed loops are searched for pauses (``pauses``): each stream sends its next
+    request as soon as the previous one ends, so nothing in flight means the recorder stopped
+    (an interrupted level, resumed later). Another tool's idle time (a trace replayed with its
+    users' delays) is its workload, and stays in the duration as the tool counted it."""
+    valid = np.isfinite(sends) & np.isfinite(ends)
+    start, end = sends[valid], np.maximum(ends[valid], sends[valid])
+    if start.size == 0:
+        return RunningTime(0.0, 0.0, 0)
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)  # the latest end among requests sent so far
+    idle = start[1:] - reach[:-1]
+    bound = max(PAUSE_MIN_S, PAUSE_MEDIAN_FACTOR * float(np.median(end - start)))
+    paused = float(idle[idle > bound].sum()) if idle.size and pauses else 0.0
+    # Ends sort before sends at the same time: a stream's next request does not overlap its last.
+    times = np.concatenate([end, start])
+    steps = np.concatenate([np.full(end.size, -1), np.ones(start.size, dtype=np.int64)])
+    at = np.lexsort((steps, times))
+    inflight = int(np.cumsum(steps[at]).max())
+    return RunningTime(paused, float((end - start).sum()), inflight)
 
 
 def _mismatches(tokens: pd.Series, asked: int | None) -> float:
@@ -331,6 +384,7 @@ def _level_row(
     *,
     tool: Mapping[str, float | int | str | None],
     tool_duration: bool,
+    closed_loop: bool,
     slos: Mapping[str, float] | None,
 ) -> dict[str, float | int | str]:
     ok_mask = (grp["status"] == "ok").to_numpy()
@@ -345,6 +399,10 @@ def _level_row(
         ends = grp["end_s"].to_numpy(dtype=float)
         end = float(np.nanmax(ends)) if np.isfinite(ends).any() else _NAN
         duration = end - start if np.isfinite(end) else _NAN
+    sends = grp["send_s"].to_numpy(dtype=float)
+    running = running_time(sends, grp["end_s"].to_numpy(dtype=float), pauses=closed_loop)
+    if running.paused_s > 0:
+        duration -= running.paused_s
     out_tok = float(np.nansum(ok["output_tokens"].to_numpy(dtype=float)))
     in_tok = float(np.nansum(ok["prompt_tokens"].to_numpy(dtype=float)))
     has_time = duration > 0
@@ -360,6 +418,11 @@ def _level_row(
         "total_token_throughput_tok_s": (out_tok + in_tok) / duration if has_time else _NAN,
         "output_tokens_total": out_tok,
         "prompt_tokens_total": in_tok,
+        "paused_s": running.paused_s if closed_loop else _NAN,
+        "inflight_mean": running.busy_s / duration
+        if has_time and basis == BASIS_REQUESTS
+        else _NAN,
+        "inflight_max": float(running.inflight_max) if basis == BASIS_REQUESTS else _NAN,
     }
     for metric in ("ttft_ms", "tpot_ms", "e2el_ms"):
         for stat, value in stats(ok[metric].to_numpy(dtype=float)).items():

@@ -122,6 +122,55 @@ def test_level_frame_definitions(hand_made: TraceSet) -> None:
     assert row["basis"] == "requests"
 
 
+def test_in_flight_concurrency_is_measured_from_the_trace(hand_made: TraceSet) -> None:
+    row = level_frame(hand_made).iloc[0]
+    # a: 10-170 ms, b: 20-110 ms, x (failed): 30-430 ms; all three in flight at 30 ms
+    assert row["inflight_max"] == 3
+    assert row["inflight_mean"] == pytest.approx((0.160 + 0.090 + 0.400) / 0.420)
+    assert np.isnan(row["paused_s"])  # not sweeper's own recording: no pause is looked for
+
+
+def _recorded(tmp_path: Path, requests: list[RequestTrace]) -> pd.Series:
+    source = Source(tool="sweeper record", version="test")
+    return level_frame(write_set(tmp_path, requests, source=source)).iloc[0]
+
+
+def test_a_pause_in_a_resumed_level_is_left_out_of_its_duration(tmp_path: Path) -> None:
+    """C=1 interrupted after two requests and resumed a minute later: the level ran 3 s, not 63."""
+    chunks = [500 + 10 * i for i in range(50)]  # TTFT 500 ms, 50 tokens, ends at 990 ms
+    requests = [
+        trace("a", 0, chunks, concurrency=1),
+        trace("b", 1_000, chunks, concurrency=1),
+        trace("c", 62_000, chunks, concurrency=1),
+    ]
+    row = _recorded(tmp_path, requests)
+    assert row["paused_s"] == pytest.approx(60.01)
+    assert row["duration_s"] == pytest.approx(62.99 - 60.01)
+    assert row["output_throughput_tok_s"] == pytest.approx(150 / 2.98)
+    assert row["inflight_max"] == 1 and row["inflight_mean"] == pytest.approx(3 * 0.99 / 2.98)
+
+
+def test_short_idle_spans_are_not_pauses(tmp_path: Path) -> None:
+    """Idle for 0.9 s (under 1 s), and for 5 s where requests take 1 s (under 10x): kept."""
+    chunks = [500 + 10 * i for i in range(50)]
+    requests = [
+        trace("a", 0, chunks, concurrency=1),
+        trace("b", 1_890, chunks, concurrency=1),
+        trace("c", 7_880, chunks, concurrency=1),
+    ]
+    row = _recorded(tmp_path, requests)
+    assert row["paused_s"] == 0
+    assert row["duration_s"] == pytest.approx(8.87)
+
+
+def test_an_imported_tools_idle_time_stays_in_its_duration(tmp_path: Path) -> None:
+    """A replayed trace's users wait between turns: the tool counted that time, so does sweeper."""
+    chunks = [500 + 10 * i for i in range(50)]
+    requests = [trace("a", 0, chunks, concurrency=1), trace("b", 62_000, chunks, concurrency=1)]
+    ts = write_set(tmp_path, requests, source=Source(tool="aiperf", fidelity="per_chunk"))
+    assert level_frame(ts).iloc[0]["duration_s"] == pytest.approx(62.99)
+
+
 def test_per_gpu_throughput_divides_by_parallel_size(tmp_path: Path) -> None:
     config = ServerConfig(
         tensor_parallel_size=Fact(value=2, source="user"),
