@@ -1,6 +1,8 @@
 """Analysis: a trace set -> tidy pandas frames and the per-level summary (the stage after the
 trace set, before the findings).
 
+- :mod:`~sweeper.analysis.completeness`: whether a run measured what it planned (levels missing
+  or cut short, the command that resumes it);
 - :mod:`~sweeper.analysis.frames`: per request, per gap, per level (``level_frame``); every
   column is named ``<metric>_<stat>_<unit>`` (``ttft_p99_ms``);
 - :mod:`~sweeper.analysis.server_frames`: the server's Prometheus samples and log lines, per
@@ -13,4 +15,4 @@ The submodules are imported where they are used (``from sweeper.analysis.frames 
 level_frame``): the recorder reads the thresholds without loading pandas.
 """
 
-__all__ = ["frames", "server_frames", "summary", "tail_signature", "thresholds"]
+__all__ = ["completeness", "frames", "server_frames", "summary", "tail_signature", "thresholds"]

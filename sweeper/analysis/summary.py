@@ -10,7 +10,9 @@ docs/summary-json.md. Its shape is a contract other tools read::
 
 Keys may be added (``summary_version``, ``source``, ``notes``, ``problems``, per-level ``requests``,
 ``cancelled``, ``total_token_throughput_tok_s``, ``output_throughput_per_gpu_tok_s``, ``basis``,
-``itl_available``, ``tool``); none is renamed or removed. A value that cannot be computed (no ITL
+``itl_available``, ``tool``, per-level ``paused_s``, ``inflight_mean``, ``inflight_max``, and
+``run_status``, ``complete``, ``missing_levels``, ``cut_short``, ``resume_command``); none is
+renamed or removed. A value that cannot be computed (no ITL
 for a per-request import, no throughput for a level without a time window) is ``null``.
 """
 
@@ -24,6 +26,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from sweeper.analysis.completeness import completeness
 from sweeper.analysis.frames import LATENCY_METRICS, STAT_NAMES, latency_column, level_frame
 from sweeper.store import TraceSet
 from sweeper.units import finite, json_safe
@@ -42,7 +45,11 @@ LEVEL_SCALARS = (
     "total_token_throughput_tok_s",
     "output_throughput_per_gpu_tok_s",
 )
-INT_KEYS = frozenset({"concurrency", "requests", "completed", "failed", "cancelled"})
+# Added after the first contract, so the CSV keeps them after ``basis`` (no column moves).
+ADDED_LEVEL_SCALARS = ("paused_s", "inflight_mean", "inflight_max")
+INT_KEYS = frozenset(
+    {"concurrency", "requests", "completed", "failed", "cancelled", "inflight_max"}
+)
 
 NOTE_PER_REQUEST = (
     "ITL is null: the source tool recorded per-request times only (fidelity per_request), "
@@ -89,10 +96,16 @@ def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, 
             }
         level["itl_available"] = level["itl_ms"]["mean"] is not None
         level["basis"] = record.get("basis")
+        for key in ADDED_LEVEL_SCALARS:
+            value = _number(record.get(key))
+            level[key] = int(value) if key in INT_KEYS and value is not None else value
         tool = source.summaries.get(str(level["concurrency"]))
         if tool:
             level["tool"] = {k: _number(v) for k, v in tool.items()}
         out_levels.append(level)
+    done = completeness(ts)
+    if not done.complete:
+        notes.append(done.sentence())
     return {
         "summary_version": SUMMARY_VERSION,
         "run_id": ts.run_id,
@@ -104,6 +117,19 @@ def summarize(ts: TraceSet, *, levels: pd.DataFrame | None = None) -> dict[str, 
         },
         "notes": notes,
         "problems": list(ts.problems),
+        "run_status": done.run_status,
+        "complete": done.complete,
+        "missing_levels": list(done.missing_levels),
+        "cut_short": [
+            {
+                "concurrency": short.concurrency,
+                "measured": short.measured,
+                "planned": short.planned,
+                "status": short.status,
+            }
+            for short in done.cut_short
+        ],
+        "resume_command": done.resume_command,
         "levels": out_levels,
     }
 
@@ -117,6 +143,8 @@ def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             for stat in STAT_NAMES:
                 row[f"{metric}_{stat}"] = level[metric][stat]
         row["basis"] = level.get("basis")
+        for key in ADDED_LEVEL_SCALARS:
+            row[key] = level.get(key)
         rows.append(row)
     return rows
 
@@ -141,6 +169,18 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _inflight(level: dict[str, Any]) -> str:
+    """``3.9 / 4``: the time-weighted mean and the most requests in flight, or a dash."""
+    mean, top = level.get("inflight_mean"), level.get("inflight_max")
+    if mean is None or top is None:
+        return "-"
+    return f"{mean:,.1f} / {top:,}"
+
+
+def _incomplete_sentence(summary: dict[str, Any]) -> str:
+    return next((n for n in summary["notes"] if n.startswith("This run is incomplete")), "")
+
+
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     """Print the run's overview table (one row per level) and a latency table per level."""
     src = summary["source"]
@@ -150,11 +190,13 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         f"fidelity {src['fidelity']}"
     )
     overview = Table(title="Levels", title_justify="left")
-    for header in ("C", "ok", "failed", "duration s", "out tok/s", "req/s", "tok/s/GPU"):
+    headers = ("C", "in flight", "ok", "failed", "duration s", "out tok/s", "req/s", "tok/s/GPU")
+    for header in headers:
         overview.add_column(header, justify="right")
     for level in summary["levels"]:
         overview.add_row(
             _fmt(level["concurrency"]),
+            _inflight(level),
             _fmt(level["completed"]),
             _fmt(level["failed"]),
             _fmt(level["duration_s"], 2),
@@ -162,6 +204,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             _fmt(level["request_throughput_rps"], 3),
             _fmt(level["output_throughput_per_gpu_tok_s"]),
         )
+    if not summary.get("complete", True):
+        console.print(f"[bold red]Incomplete:[/bold red] {_incomplete_sentence(summary)}")
     console.print(overview)
     for level in summary["levels"]:
         table = Table(title=f"C = {level['concurrency']}: latency (ms)", title_justify="left")
@@ -176,6 +220,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             table.add_row(label, *(_fmt(values[stat], 2) for stat in STAT_NAMES))
         console.print(table)
     for note in summary["notes"]:
-        console.print(f"[yellow]Note:[/yellow] {note}")
+        if summary.get("complete", True) or note != _incomplete_sentence(summary):
+            console.print(f"[yellow]Note:[/yellow] {note}")
     for problem in summary.get("problems", []):
         console.print(f"[yellow]Warning:[/yellow] {problem}")

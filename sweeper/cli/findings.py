@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from sweeper.analysis.completeness import completeness
 from sweeper.cli._common import friendly_errors, load_run, traces_option
 from sweeper.findings import analyze_run, findings_json, parse_slos
 from sweeper.i18n import LANGUAGES, N_, gettext
@@ -56,13 +57,21 @@ def findings_command(run: str, lang: str, fmt: str, slo: str | None, traces_dir:
     slos = parse_slos(slo) if slo else None
     ts = load_run(run, traces_dir)
     found = analyze_run(ts, slos=slos)
+    done = completeness(ts)
     if fmt == "json":
         click.echo(
             json.dumps(
                 findings_json(ts.run_id, found), indent=2, ensure_ascii=False, allow_nan=False
             )
         )
+        if not done.complete:
+            click.echo(f"Warning: {done.sentence()}", err=True)
         return
+    if not done.complete:
+        # First, so no finding below reads as the whole sweep's.
+        click.echo(click.style("[!! incomplete] run", bold=True))
+        click.echo(done.sentence())
+        click.echo()
     for f in found:
         head = f"[{_SEVERITY_MARK[f.severity]} {f.severity}] {f.id}"
         click.echo(click.style(head, bold=True))

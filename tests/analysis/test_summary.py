@@ -17,6 +17,7 @@ from sweeper.cli import cli
 from sweeper.schema import RequestTrace, Source
 from sweeper.store import load_trace_set, write_trace_set
 from sweeper.testing.factories import SyntheticLevel, synthetic_manifest, write_synthetic_run
+from tests.analysis.interrupted import write_interrupted_run
 
 STATS = {"mean", "p50", "p90", "p95", "p99"}
 CONTRACT_LEVEL_KEYS = {
@@ -127,3 +128,35 @@ def test_truncated_last_line_is_reported_not_fatal(run: Path) -> None:
     summary = json.loads(invoke("summary", str(run), "--format", "json"))
     assert len(summary["problems"]) == 1 and "truncated" in summary["problems"][0]
     assert "truncated" in invoke("summary", str(run))
+
+
+def test_a_complete_run_says_so_with_its_in_flight_concurrency(run: Path) -> None:
+    summary = json.loads(invoke("summary", str(run), "--format", "json"))
+    assert summary["run_status"] == "complete" and summary["complete"] is True
+    assert summary["missing_levels"] == [] and summary["cut_short"] == []
+    assert summary["resume_command"] is None
+    for lv in summary["levels"]:
+        assert lv["inflight_max"] == lv["concurrency"] and isinstance(lv["inflight_max"], int)
+        assert 0 < lv["inflight_mean"] <= lv["concurrency"]
+        assert lv["paused_s"] is None  # not sweeper's own recording
+
+
+def test_an_interrupted_run_is_incomplete_in_every_format(tmp_path: Path) -> None:
+    folder = write_interrupted_run(tmp_path / "traces", "cut")
+    summary = json.loads(invoke("summary", str(folder), "--format", "json"))
+    assert summary["complete"] is False and summary["run_status"] == "incomplete"
+    assert summary["missing_levels"] == [4, 8]
+    assert summary["cut_short"] == [
+        {"concurrency": 2, "measured": 7, "planned": 16, "status": "interrupted"}
+    ]
+    command = f"sweeper record --resume --run-id cut --out {tmp_path / 'traces'}"
+    assert summary["resume_command"] == command
+    assert any("C=4, C=8" in note and command in note for note in summary["notes"])
+    table = " ".join(invoke("summary", str(folder)).split())
+    assert "Incomplete:" in table and "C=2 cut short (7 of 16" in table
+    assert "--resume --run-id cut" in table
+
+
+def test_csv_keeps_its_columns_and_adds_the_new_ones_last(run: Path) -> None:
+    header = invoke("summary", str(run), "--format", "csv").splitlines()[0].split(",")
+    assert header[header.index("basis") :] == ["basis", "paused_s", "inflight_mean", "inflight_max"]

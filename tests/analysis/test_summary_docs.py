@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.analysis.frames import LATENCY_METRICS
-from sweeper.analysis.summary import LEVEL_SCALARS
+from sweeper.analysis.summary import ADDED_LEVEL_SCALARS, LEVEL_SCALARS
 from sweeper.cli.importing import import_command
 from sweeper.importers import IMPORTERS
 
@@ -35,7 +35,14 @@ def test_import_page_names_every_kind_and_option(lang: str) -> None:
 @pytest.mark.parametrize("lang", LANGS)
 def test_metrics_page_defines_every_printed_number(lang: str) -> None:
     text = page("metrics", lang)
-    for key in (*LEVEL_SCALARS, *LATENCY_METRICS, "multi_token_gap_share", "goodput_rps", "basis"):
+    for key in (
+        *LEVEL_SCALARS,
+        *ADDED_LEVEL_SCALARS,
+        *LATENCY_METRICS,
+        "multi_token_gap_share",
+        "goodput_rps",
+        "basis",
+    ):
         assert f"`{key}`" in text or f"`{key}" in text, key
     for tool in ("vLLM bench serve", "AIPerf", "GuideLLM", "LLMPerf"):
         assert tool in text
@@ -55,5 +62,11 @@ def test_summary_json_page_lists_every_key(lang: str) -> None:
         "itl_available",
         "basis",
         "tool",
+        *ADDED_LEVEL_SCALARS,
+        "run_status",
+        "complete",
+        "missing_levels",
+        "cut_short",
+        "resume_command",
     ):
         assert key in text, key
