@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sweeper.findings import Finding
-from sweeper.i18n import fmt_fixed, gettext
+from sweeper.i18n import fmt_fixed, gettext, ngettext
 from sweeper.report import charts
 from sweeper.units import finite
 
@@ -30,6 +30,23 @@ _ESCAPES["\n"] = " "
 def tr(lang: str, message: str) -> str:
     """A sentence of the pages in ``lang`` (extracted by ``pybabel extract -k tr:2``)."""
     return gettext(lang, DOMAIN, message)
+
+
+def trn(lang: str, singular: str, plural: str, n: int) -> str:
+    """A sentence with a count in ``lang``: the singular or the plural form for ``n`` (Babel's
+    ngettext; extracted with ``-k trn:2,3``). The count is still formatted by the caller."""
+    return ngettext(lang, DOMAIN, singular, plural, n)
+
+
+def labels_html(labels: Mapping[str, str]) -> str:
+    """A run's labels (``--label key=value``) as chips, escaped: a label holding markup is text.
+    Each chip carries ``key=value`` for the runs index's filter."""
+    chips = [
+        f'<span class="sweeper-label" data-label="{esc(f"{k}={v}")}">'
+        f"<b>{esc(k)}</b>={esc(v)}</span>"
+        for k, v in sorted(labels.items())
+    ]
+    return '<span class="sweeper-labels">' + " ".join(chips) + "</span>" if chips else ""
 
 
 def esc(value: object) -> str:
@@ -54,7 +71,9 @@ def front_matter(title: str) -> str:
 
 
 def cards(items: Sequence[tuple[str, str, str | None]], css: str = "sweeper-cards") -> str:
-    """A row of cards: (label, value, note); everything already escaped."""
+    """A row of cards: (label, value, note); everything already escaped. No cards: nothing."""
+    if not items:
+        return ""
     cells = []
     for label, value, note in items:
         note_html = f'<span class="sweeper-card__note">{note}</span>' if note else ""

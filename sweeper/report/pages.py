@@ -16,8 +16,10 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+import pandas as pd
+
 from sweeper.analysis.frames import gpus_of
-from sweeper.i18n import fmt_date, fmt_fixed, fmt_number, fmt_percent
+from sweeper.i18n import fmt_date, fmt_fixed, fmt_number, fmt_percent, join_list
 from sweeper.report import charts
 from sweeper.report.advice import next_steps
 from sweeper.report.markup import (
@@ -27,9 +29,11 @@ from sweeper.report.markup import (
     figure_html,
     finding_block,
     front_matter,
+    labels_html,
     num,
     table,
     tr,
+    trn,
 )
 from sweeper.report.provenance import recorded_section
 from sweeper.report.run_report import (
@@ -38,8 +42,10 @@ from sweeper.report.run_report import (
     fact_text,
     gpu_title,
     kv_capacity_tokens,
+    measured_levels,
     peak_level,
     per_level,
+    per_stream_rate,
     run_title,
     tokens_per_request,
 )
@@ -103,6 +109,115 @@ def _findings_failed(page: _Page) -> None:
     page.add("\n".join(lines))
 
 
+def _status_boxes(page: _Page) -> None:
+    """Boxes at the top for a run the reader must not take for a whole one: no measured request,
+    no request that succeeded, a sweep stopped before it measured what it planned."""
+    run, lang = page.run, page.lang
+    levels = run.levels
+    total = int(levels["requests"].sum()) if not levels.empty else 0
+    completed = int(levels["completed"].sum()) if not levels.empty else 0
+    if total == 0:
+        body = tr(
+            lang,
+            "This trace set holds no measured request: nothing was timed, so there are no "
+            "numbers or charts.",
+        )
+        page.add(_box("failure", tr(lang, "No measured request"), [esc(body)]))
+    elif completed == 0:
+        body = trn(
+            lang,
+            "The {total} measured request failed, so there is no throughput or latency to show. "
+            "What failed is below.",
+            "All {total} measured requests failed, so there is no throughput or latency to show. "
+            "What failed is below.",
+            total,
+        ).format(total=fmt_number(total, lang, 0))
+        page.add(_box("failure", tr(lang, "No request succeeded"), [esc(body)]))
+    done = run.done
+    if done.complete:
+        return
+    if done.run_status != "complete":
+        first = tr(
+            lang, "The sweep stopped before it measured everything it planned (status: {status})."
+        ).format(status=done.run_status)
+    else:
+        first = tr(lang, "The trace set does not hold everything its sweep planned.")
+    lines = [esc(first)]
+    if done.missing_levels:
+        never = join_list(lang, [f"C={c}" for c in done.missing_levels])
+        lines.append(esc(tr(lang, "Levels never measured: {levels}.").format(levels=never)))
+    if done.cut_short:
+        items = []
+        for short in done.cut_short:
+            if short.planned is not None:
+                item = trn(
+                    lang,
+                    "C={c} ({measured} of {planned} measured request)",
+                    "C={c} ({measured} of {planned} measured requests)",
+                    short.planned,
+                )
+            else:
+                item = trn(
+                    lang,
+                    "C={c} ({measured} measured request)",
+                    "C={c} ({measured} measured requests)",
+                    short.measured,
+                )
+            items.append(
+                item.format(
+                    c=short.concurrency,
+                    measured=fmt_number(short.measured, lang, 0),
+                    planned=fmt_number(short.planned or 0, lang, 0),
+                )
+            )
+        lines.append(esc(tr(lang, "Cut short: {levels}.").format(levels=join_list(lang, items))))
+    if done.resume_command:
+        lines.append(esc(tr(lang, "Finish it with:")) + f" <code>{esc(done.resume_command)}</code>")
+    else:
+        lines.append(esc(tr(lang, "Import it again with every level's files to complete it.")))
+    page.add(_box("warning", tr(lang, "This run is incomplete"), lines))
+
+
+def _box(kind: str, title: str, paragraphs: list[str]) -> str:
+    """An admonition (``!!! warning``) of escaped paragraphs."""
+    lines = [f'!!! {kind} "{esc(title)}"']
+    for paragraph in paragraphs:
+        lines += ["", f"    {paragraph}"]
+    return "\n".join(lines)
+
+
+def _what_failed(page: _Page) -> None:
+    """The failed requests by what failed: kind, HTTP status, how many, where, the first messages
+    (quoted as the client or the server wrote them)."""
+    run, lang = page.run, page.lang
+    if not run.failures:
+        return
+    page.heading(tr(lang, "What failed"))
+    rows = []
+    for group in run.failures:
+        what = group.kind or group.status
+        if group.status == "cancelled":
+            what = tr(lang, "cancelled")
+        messages = "<br>".join(f"<code>{esc(m)}</code>" for m in group.messages) or "–"
+        rows.append(
+            [
+                esc(what),
+                str(group.http_status) if group.http_status is not None else "–",
+                fmt_number(group.count, lang, 0),
+                esc(join_list(lang, [f"C={c}" for c in group.levels])),
+                messages,
+            ]
+        )
+    header = [
+        tr(lang, "Error"),
+        tr(lang, "HTTP status"),
+        tr(lang, "Requests"),
+        tr(lang, "Levels"),
+        tr(lang, "First messages"),
+    ]
+    page.add(table([html.escape(h) for h in header], rows, numeric=False))
+
+
 def _lede(page: _Page) -> None:
     run, lang = page.run, page.lang
     wl = run.ts.manifest.workload
@@ -119,9 +234,11 @@ def _lede(page: _Page) -> None:
         )
     if not levels.empty:
         parts.append(
-            tr(
+            trn(
                 lang,
+                "Concurrency swept from {low} to {high}: {total} measured request, {failed} failed.",
                 "Concurrency swept from {low} to {high}: {total} measured requests, {failed} failed.",
+                total,
             ).format(
                 low=int(levels["concurrency"].min()),
                 high=int(levels["concurrency"].max()),
@@ -129,10 +246,23 @@ def _lede(page: _Page) -> None:
                 failed=fmt_number(failed, lang, 0),
             )
         )
+    if not run.done.complete:
+        measured = len(run.done.planned_levels) - len(run.done.missing_levels)
+        parts.append(
+            trn(
+                lang,
+                "Incomplete: {measured} of {planned} planned level measured.",
+                "Incomplete: {measured} of {planned} planned levels measured.",
+                len(run.done.planned_levels),
+            ).format(measured=measured, planned=len(run.done.planned_levels))
+        )
     parts.append(
         tr(lang, "Recorded on {date}.").format(date=fmt_date(run.ts.manifest.started_at, lang))
     )
     page.add('<p class="sweeper-lede">' + html.escape(" ".join(parts)) + "</p>")
+    labels = labels_html(run.ts.manifest.labels)
+    if labels:
+        page.add(f'<p class="sweeper-note">{html.escape(tr(lang, "Labels"))}: {labels}</p>')
 
 
 def _fact_cards(page: _Page) -> None:
@@ -184,11 +314,7 @@ def _headline(page: _Page) -> None:
     recommended = run.known("recommended")
     items: list[tuple[str, str, str | None]] = []
     if recommended is not None:
-        n = recommended.numbers
-        value = f"C = {n.get('concurrency')}"
-        if finite(n.get("throughput_tok_s")):
-            value += f" · {fmt_number(n['throughput_tok_s'], lang, 0)} tok/s"
-        items.append((tr(lang, "Recommended operating point"), esc(value), None))
+        items.append(_recommended_card(recommended.numbers, lang))
     peak = peak_level(run.levels)
     if peak is not None:
         items.append(
@@ -259,9 +385,28 @@ def _headline(page: _Page) -> None:
     page.finding("recommended")
 
 
+def _recommended_card(numbers: Mapping[str, Any], lang: str) -> tuple[str, str, str | None]:
+    """The recommended operating point, or why there is none (no level meets the SLO)."""
+    label = tr(lang, "Recommended operating point")
+    chosen = numbers.get("concurrency")
+    if chosen is None:
+        slo = numbers.get("slo")
+        terms = [str(t) for t in slo] if isinstance(slo, list) else []
+        note = (
+            html.escape(tr(lang, "SLO: {slo}").format(slo=join_list(lang, terms)))
+            if terms
+            else None
+        )
+        return label, html.escape(tr(lang, "no level meets the SLO")), note
+    value = f"C = {chosen}"
+    if finite(numbers.get("throughput_tok_s")):
+        value += f" · {fmt_number(numbers['throughput_tok_s'], lang, 0)} tok/s"
+    return label, esc(value), None
+
+
 def _curve_sections(page: _Page) -> None:
     run, lang = page.run, page.lang
-    levels = run.levels.dropna(subset=["output_throughput_tok_s"])
+    levels = measured_levels(run.levels)
     if levels.empty:
         return
     page.heading(tr(lang, "Throughput against latency"))
@@ -395,10 +540,13 @@ def _timeline_section(page: _Page) -> None:
     page.figure(
         tr(lang, "Request timeline at C={concurrency}").format(concurrency=level),
         charts.chart_request_timeline(run.requests, level, chart_labels(lang, "request_timeline")),
-        tr(
+        trn(
             lang,
+            "The first {shown} request of the level in send order: waiting for the first token, then "
+            "decoding; the tick marks the first token.",
             "The first {shown} requests of the level in send order: waiting for the first token, then "
             "decoding; the tick marks the first token.",
+            shown,
         ).format(shown=shown),
     )
 
@@ -411,14 +559,10 @@ def _data_table(page: _Page) -> None:
     page.heading(tr(lang, "Measured results"))
     capacity = kv_capacity_tokens(run)
     per_request = tokens_per_request(run)
-    first = levels.dropna(subset=["output_throughput_tok_s"]).head(1)
-    per_stream = (
-        float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0])
-        if not first.empty
-        else None
-    )
+    per_stream = per_stream_rate(levels)
     header = [
         tr(lang, "Concurrency"),
+        tr(lang, "In flight (mean / max)"),
         tr(lang, "Requests"),
         tr(lang, "Failed"),
         tr(lang, "Duration (s)"),
@@ -445,6 +589,7 @@ def _data_table(page: _Page) -> None:
         )
         cells = [
             str(c),
+            _inflight(row, lang),
             fmt_number(int(row["requests"]), lang, 0),
             fmt_number(int(row["failed"]), lang, 0),
             num(row["duration_s"], lang, 1),
@@ -465,6 +610,18 @@ def _data_table(page: _Page) -> None:
     note = tr(
         lang, "Latencies in ms. Efficiency = throughput / (C × the lowest level's rate per stream)."
     )
+    note += " " + tr(
+        lang,
+        "In flight: the requests in flight during the level, measured from the trace (the "
+        "time-weighted mean and the most at once), beside the nominal concurrency.",
+    )
+    paused = levels[pd.to_numeric(levels["paused_s"], errors="coerce") > 0]
+    for _, row in paused.iterrows():
+        note += " " + tr(
+            lang,
+            "C={concurrency} stood still for {seconds} s with no request in flight (interrupted "
+            "and resumed): that pause is left out of its duration and throughput.",
+        ).format(concurrency=int(row["concurrency"]), seconds=fmt_number(row["paused_s"], lang, 1))
     if kv is not None:
         note += " " + tr(lang, "KV needed = C × {tokens} / {capacity}.").format(
             tokens=fmt_number(kv[1], lang, 0), capacity=fmt_number(kv[0], lang, 0)
@@ -473,6 +630,14 @@ def _data_table(page: _Page) -> None:
     if gpus > 1:
         note += " " + tr(lang, "Per GPU divides by {gpus} GPUs.").format(gpus=gpus)
     page.add(f'<p class="sweeper-note">{html.escape(note)}</p>')
+
+
+def _inflight(row: pd.Series, lang: str) -> str:
+    """``3.9 / 4``: the mean and the most requests in flight during a level, or a dash."""
+    mean, top = row.get("inflight_mean"), row.get("inflight_max")
+    if not finite(mean) or not finite(top):
+        return "–"
+    return f"{fmt_fixed(mean, lang, 1)} / {fmt_number(int(top), lang, 0)}"
 
 
 def _slo_section(page: _Page) -> None:
@@ -535,14 +700,20 @@ def render_run_page(run: RunReport, lang: str) -> str:
     page.add(f'<p class="sweeper-kicker">{html.escape(kicker)} · {esc(run.run_id)}</p>')
     page.heading(esc(title), 1)
     _findings_failed(page)
+    _status_boxes(page)
     _lede(page)
     _fact_cards(page)
+    succeeded = not run.levels.empty and int(run.levels["completed"].sum()) > 0
+    if not succeeded:
+        _what_failed(page)
     _headline(page)
     _curve_sections(page)
     _tail_sections(page)
     _timeline_section(page)
     _more_findings(page)
     _data_table(page)
+    if succeeded:
+        _what_failed(page)
     _slo_section(page)
     advice = next_steps(run, lang)
     if advice:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sweeper.i18n import DEFAULT_LANGUAGE
 from sweeper.report.markup import esc, table, tr
+from sweeper.report.run_report import model_full_name, model_title
 from sweeper.schema import Fact
 from sweeper.store import TraceSet
 
@@ -22,6 +23,9 @@ def recorded_section(ts: TraceSet, lang: str) -> list[str]:
     rows.append([tr(lang, "Started"), esc(m.started_at.isoformat())])
     if m.target.base_url:
         rows.append([tr(lang, "Endpoint"), esc(f"{m.target.base_url} ({m.target.endpoint})")])
+    full = model_full_name(ts)
+    if full != model_title(ts) and full != m.target.model:  # the title shows a path's last part
+        rows.append([tr(lang, "Model"), esc(full)])
     if m.target.model:
         rows.append([tr(lang, "Model sent"), esc(m.target.model)])
     rows.append([tr(lang, "sweeper version"), esc(m.sweeper_version)])
@@ -92,5 +96,16 @@ def fact_rows(ts: TraceSet) -> list[list[str]]:
 
 
 def _fact_row(name: str, fact: Fact) -> list[str]:
-    source = fact.source + (f": {fact.detail}" if fact.detail else "")
-    return [f"<code>{esc(name)}</code>", esc(fact.value), esc(source)]
+    # The detail quotes where the fact was read (a log line, a metric) as it was written.
+    source = esc(fact.source) + (f": <code>{esc(fact.detail)}</code>" if fact.detail else "")
+    return [f"<code>{esc(name)}</code>", esc(value_text(fact.value)), source]
+
+
+def value_text(value: object) -> str:
+    """A fact's value as a reader writes it, not as Python does: ``true`` / ``false`` (as the
+    workload table writes ``ignore_eos``), a dash for nothing."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -11,15 +11,17 @@ the server-side aggregates, and the facts a title, a card or the index shows.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sweeper.analysis.completeness import Completeness, completeness
 from sweeper.analysis.frames import level_frame, request_frame, request_tokens
 from sweeper.findings import SLO, Finding, analyze_frames, run_frames
 from sweeper.i18n import fmt_number
-from sweeper.schema import Fact, fact_value
+from sweeper.schema import Fact, RequestTrace, fact_value
 from sweeper.store import TraceSet
 from sweeper.units import finite
 
@@ -42,6 +44,10 @@ class RunReport:
     # Why the findings, or some of them, could not be computed (an exception's type and message):
     # the page says so and a strict site build fails, so a bug in a rule is never a quiet gap.
     findings_errors: list[str] = field(default_factory=list)
+    # Whether the run measured what it planned (levels missing or cut short, how to resume).
+    done: Completeness = field(default_factory=lambda: Completeness("complete"))
+    # The measured requests that failed, grouped by what failed (kind, HTTP status).
+    failures: list[FailureGroup] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -57,6 +63,76 @@ class RunReport:
         return None if found is None or found.severity == "unknown" else found
 
 
+@dataclass(frozen=True)
+class FailureGroup:
+    """Measured requests that failed the same way: their status, error kind and HTTP status, how
+    many, at which levels, and the first distinct messages (as the client or server wrote them)."""
+
+    status: str
+    kind: str | None
+    http_status: int | None
+    count: int
+    levels: tuple[int, ...]
+    messages: tuple[str, ...]
+
+
+# How many distinct messages a failure group keeps, and how long each may be.
+FAILURE_MESSAGES = 3
+FAILURE_MESSAGE_CHARS = 300
+
+
+def failure_groups(ts: TraceSet) -> list[FailureGroup]:
+    """The failed measured requests of a trace set by (status, kind, HTTP status), most first."""
+    groups: dict[tuple[str, str | None, int | None], list[RequestTrace]] = {}
+    for r in ts.requests:
+        if r.phase == "measured" and r.status != "ok":
+            error = r.error
+            key = (r.status, error.kind if error else None, error.http_status if error else None)
+            groups.setdefault(key, []).append(r)
+    out = []
+    for (status, kind, http_status), rs in groups.items():
+        messages: list[str] = []
+        for r in rs:
+            message = " ".join((r.error.message or "").split()) if r.error else ""
+            if len(message) > FAILURE_MESSAGE_CHARS:
+                message = message[: FAILURE_MESSAGE_CHARS - 1] + "…"
+            if message and message not in messages:
+                messages.append(message)
+            if len(messages) == FAILURE_MESSAGES:
+                break
+        levels = tuple(sorted({r.concurrency for r in rs}))
+        out.append(FailureGroup(status, kind, http_status, len(rs), levels, tuple(messages)))
+    return sorted(out, key=lambda g: (-g.count, g.status, g.kind or "", g.http_status or 0))
+
+
+# Level-frame columns a page reads: a frame without them (no measured request) gets them empty.
+PAGE_COLUMNS = (
+    "concurrency",
+    "requests",
+    "completed",
+    "failed",
+    "duration_s",
+    "output_throughput_tok_s",
+    "output_throughput_per_gpu_tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2el_p50_ms",
+    "paused_s",
+    "inflight_mean",
+    "inflight_max",
+)
+
+
+def _page_columns(levels: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in PAGE_COLUMNS if c not in levels.columns]
+    if not missing:
+        return levels
+    return levels.assign(**{c: pd.Series(dtype="float64") for c in missing})
+
+
 def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunReport:
     """Frames, findings and server-side aggregates of one trace set. The frames are computed
     once, by the findings' :func:`~sweeper.findings.run_frames`, and shared with the page.
@@ -64,16 +140,18 @@ def collect_run(ts: TraceSet, *, slos: Sequence[SLO] | None = None) -> RunReport
     When the findings fail (a bug, or data no rule foresaw), the page still publishes what the
     measurements show, and ``findings_errors`` says what failed: the page shows it and a strict
     site build fails on it."""
+    done, failures = completeness(ts), failure_groups(ts)
     try:
         data = run_frames(ts)
     except Exception as exc:
         # The server metrics or the server log tripped the frames the findings need: publish
         # the client-side measurements alone.
         requests = request_frame(ts)
-        run = RunReport(ts=ts, levels=level_frame(ts, requests=requests), requests=requests)
+        levels = _page_columns(level_frame(ts, requests=requests))
+        run = RunReport(ts, levels, requests, done=done, failures=failures)
         return _failed(run, exc)
     requests = data.requests if data.requests is not None else request_frame(ts)
-    run = RunReport(ts=ts, levels=data.levels, requests=requests)
+    run = RunReport(ts, _page_columns(data.levels), requests, done=done, failures=failures)
     if ts.metrics:
         run.server_levels = data.server
     try:
@@ -125,9 +203,34 @@ def engine_title(ts: TraceSet) -> str | None:
     return f"{engine} {version}" if version else engine
 
 
-def model_title(ts: TraceSet) -> str:
+def model_full_name(ts: TraceSet) -> str:
+    """The model as the trace set names it (a hub id, or the local path it was served from)."""
     m = ts.manifest
     return m.model.name or m.target.served_model_name or m.target.model or m.run_id
+
+
+def model_title(ts: TraceSet) -> str:
+    """The model's name for titles: a hub id (``org/name``) as it is, a local path
+    (``/lustre/fsw/models/Kimi-K2.5-NVFP4``) by its last component; the full name stays in
+    "How it was recorded"."""
+    return short_model_name(model_full_name(ts))
+
+
+def short_model_name(name: str) -> str:
+    """``org/name`` as it is; a path (absolute, ``./``, ``~/``, Windows, or more than one ``/``)
+    by its last component."""
+    text = name.strip()
+    trimmed = text.rstrip("/\\")
+    is_path = (
+        text.startswith(("/", "./", "../", "~", "\\"))
+        or re.match(r"^[A-Za-z]:[\\/]", text) is not None
+        or "\\" in text
+        or trimmed.count("/") > 1
+    )
+    if not is_path:
+        return text
+    last = re.split(r"[\\/]", trimmed)[-1]
+    return last or text
 
 
 def run_title(ts: TraceSet, lang: str) -> str:
@@ -136,11 +239,28 @@ def run_title(ts: TraceSet, lang: str) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def measured_levels(levels: pd.DataFrame) -> pd.DataFrame:
+    """The levels with a positive output throughput: the points a curve can draw (a level whose
+    every request failed has none)."""
+    if "output_throughput_tok_s" not in levels.columns:
+        return levels.iloc[0:0]
+    throughput = pd.to_numeric(levels["output_throughput_tok_s"], errors="coerce")
+    return levels[throughput > 0]
+
+
 def peak_level(levels: pd.DataFrame) -> pd.Series | None:
-    valid = levels.dropna(subset=["output_throughput_tok_s"])
+    valid = measured_levels(levels)
     if valid.empty:
         return None
     return valid.loc[valid["output_throughput_tok_s"].idxmax()]
+
+
+def per_stream_rate(levels: pd.DataFrame) -> float | None:
+    """The lowest measured level's output rate per stream (tok/s), or None."""
+    first = measured_levels(levels).head(1)
+    if first.empty:
+        return None
+    return float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0])
 
 
 def tokens_per_request(run: RunReport) -> float | None:

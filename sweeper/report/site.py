@@ -39,7 +39,16 @@ import pandas as pd
 from sweeper.errors import SweeperError
 from sweeper.i18n import LANGUAGES, fmt_date, fmt_number
 from sweeper.report import charts
-from sweeper.report.markup import chart_labels, esc, figure_html, front_matter, table, tr
+from sweeper.report.markup import (
+    chart_labels,
+    esc,
+    figure_html,
+    front_matter,
+    labels_html,
+    table,
+    tr,
+    trn,
+)
 from sweeper.report.pages import render_run_page
 from sweeper.report.run_report import (
     RunReport,
@@ -48,6 +57,7 @@ from sweeper.report.run_report import (
     gpu_title,
     model_title,
     peak_level,
+    per_stream_rate,
 )
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import TraceSet, atomic_write, load_trace_set
@@ -236,15 +246,27 @@ def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
         peak_text = (
             f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} (C={int(peak['concurrency'])})"
         )
-    first = run.levels.dropna(subset=["output_throughput_tok_s"]).head(1)
-    single = "–"
-    if not first.empty:
-        single = fmt_number(
-            float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0]), lang, 1
-        )
+    rate = per_stream_rate(run.levels)
+    single = fmt_number(rate, lang, 1) if rate is not None else "–"
     recommended = run.known("recommended")
-    rec = f"C={recommended.numbers.get('concurrency')}" if recommended is not None else "–"
+    rec = "–"
+    if recommended is not None:
+        chosen = recommended.numbers.get("concurrency")
+        rec = f"C={chosen}" if chosen is not None else html.escape(tr(lang, "none meets the SLO"))
     return peak_text, single, rec
+
+
+def _run_cell(run: RunReport, lang: str) -> str:
+    """The run's link, marked when the run is incomplete or nothing in it succeeded."""
+    cell = _link(esc(run.run_id), f"{run.run_id}/index.md")
+    levels = run.levels
+    if levels.empty or int(levels["requests"].sum()) == 0:
+        cell += " " + html.escape(tr(lang, "(no measured request)"))
+    elif int(levels["completed"].sum()) == 0:
+        cell += " " + html.escape(tr(lang, "(no request succeeded)"))
+    elif not run.done.complete:
+        cell += " " + html.escape(tr(lang, "(incomplete)"))
+    return cell
 
 
 def render_index(
@@ -266,6 +288,14 @@ def render_index(
                 )
             )
         )
+        labelled = any(run.ts.manifest.labels for run in runs)
+        if labelled:
+            placeholder = tr(lang, "Filter runs: a label, a model, a GPU…")
+            parts.append(
+                '<p class="sweeper-filter"><input type="search" data-sweeper-filter '
+                f'placeholder="{html.escape(placeholder, quote=True)}" '
+                f'aria-label="{html.escape(placeholder, quote=True)}"></p>'
+            )
         header = [
             tr(lang, "Run"),
             tr(lang, "Model"),
@@ -276,21 +306,24 @@ def render_index(
             tr(lang, "Per stream tok/s"),
             tr(lang, "Recommended"),
         ]
+        if labelled:
+            header.append(tr(lang, "Labels"))
         rows = []
         for run in runs:
             peak, single, rec = _headline_numbers(run, lang)
-            rows.append(
-                [
-                    _link(esc(run.run_id), f"{run.run_id}/index.md"),
-                    esc(model_title(run.ts)),
-                    esc(gpu_title(run.ts, lang) or "–"),
-                    esc(engine_title(run.ts) or "–"),
-                    fmt_date(run.ts.manifest.started_at, lang),
-                    peak,
-                    single,
-                    rec,
-                ]
-            )
+            row = [
+                _run_cell(run, lang),
+                esc(model_title(run.ts)),
+                esc(gpu_title(run.ts, lang) or "–"),
+                esc(engine_title(run.ts) or "–"),
+                fmt_date(run.ts.manifest.started_at, lang),
+                peak,
+                single,
+                rec,
+            ]
+            if labelled:
+                row.append(labels_html(run.ts.manifest.labels) or "–")
+            rows.append(row)
         parts.append(_markdown_table(header, rows))
     else:
         parts.append(
@@ -303,11 +336,10 @@ def render_index(
         )
     if comparisons:
         parts.append("## " + html.escape(tr(lang, "Comparisons")))
-        count = tr(lang, "{count} runs")
         parts.append(
             "\n".join(
                 f"- {_link(esc(model), f'../{COMPARE_DIR}/{model_slug(model)}/index.md')} "
-                f"({html.escape(count.format(count=fmt_number(len(rs), lang, 0)))})"
+                f"({html.escape(_runs_count(lang, len(rs)))})"
                 for model, rs in sorted(comparisons.items())
             )
         )
@@ -328,6 +360,10 @@ def render_index(
     return "\n\n".join(parts) + "\n"
 
 
+def _runs_count(lang: str, n: int) -> str:
+    return trn(lang, "{count} run", "{count} runs", n).format(count=fmt_number(n, lang, 0))
+
+
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A table of text columns whose header words are escaped here (the cells already are)."""
     return table([html.escape(h) for h in header], rows, numeric=False)
@@ -344,8 +380,11 @@ def render_comparison(model: str, runs: list[RunReport], lang: str) -> str:
     parts = [front_matter(title), "# " + esc(title)]
     parts.append(
         html.escape(
-            tr(
-                lang, "{count} runs of the same model, on different GPUs, engines or server flags."
+            trn(
+                lang,
+                "{count} run of the same model, on different GPUs, engines or server flags.",
+                "{count} runs of the same model, on different GPUs, engines or server flags.",
+                len(runs),
             ).format(count=fmt_number(len(runs), lang, 0))
         )
     )

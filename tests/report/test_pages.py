@@ -187,7 +187,7 @@ def test_every_page_word_has_a_chinese_translation() -> None:
     import sweeper
 
     package = Path(sweeper.__file__).parent
-    keywords = {"tr": (2,), "N_": None}
+    keywords = {"tr": (2,), "N_": None, "trn": (2, 3)}
     found = set()
     for name in ("pages.py", "site.py", "charts.py", "advice.py", "provenance.py", "markup.py"):
         source = package / "report" / name

@@ -82,6 +82,38 @@
     location.assign(target);
   }, true);
 
+  /* The runs index's filter: <input data-sweeper-filter> hides the rows of the table after it
+   * that do not hold every word typed (case-insensitive); a click on a label chip filters by
+   * that label. Offline, no library; without JavaScript the whole table shows. */
+  function tableAfter(input) {
+    var tables = document.querySelectorAll("table");
+    for (var i = 0; i < tables.length; i++) {
+      if (input.compareDocumentPosition(tables[i]) & Node.DOCUMENT_POSITION_FOLLOWING) return tables[i];
+    }
+    return null;
+  }
+  function applyFilter(input) {
+    var table = tableAfter(input);
+    if (!table) return;
+    var words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    Array.prototype.forEach.call(table.querySelectorAll("tbody tr"), function (row) {
+      var text = row.textContent.toLowerCase();
+      var keep = words.every(function (word) { return text.indexOf(word) >= 0; });
+      row.style.display = keep ? "" : "none";
+    });
+  }
+  document.addEventListener("input", function (event) {
+    var input = event.target;
+    if (input && input.matches && input.matches("input[data-sweeper-filter]")) applyFilter(input);
+  });
+  document.addEventListener("click", function (event) {
+    var chip = event.target && event.target.closest ? event.target.closest(".sweeper-label[data-label]") : null;
+    var input = document.querySelector("input[data-sweeper-filter]");
+    if (!chip || !input) return;
+    input.value = chip.getAttribute("data-label");
+    applyFilter(input);
+  });
+
   findSiteRoot();
   if (window.document$ && typeof window.document$.subscribe === "function") {
     window.document$.subscribe(drawAll);
