@@ -18,7 +18,14 @@ from sweeper.analysis.frames import (
 )
 from sweeper.schema import Fact, RequestError, RequestTrace, ServerConfig, Source
 from sweeper.store import TraceSet, load_trace_set, write_trace_set
-from sweeper.testing.factories import SyntheticLevel, synthetic_manifest, write_synthetic_run
+from sweeper.testing.factories import (
+    SyntheticLevel,
+    synthetic_manifest,
+    synthetic_requests,
+    write_synthetic_run,
+)
+from sweeper.units import NS_PER_S
+from tests.analysis.interrupted import resumed_after_a_pause
 
 MS = 1_000_000  # ns
 
@@ -291,3 +298,21 @@ def test_token_count_mismatch_with_what_was_asked_is_reported(tmp_path: Path) ->
     assert row["output_len_mismatches"] == 1 and row["input_len_mismatches"] == 0
     ts.manifest.workload.output_len = None
     assert np.isnan(level_frame(ts).iloc[0]["output_len_mismatches"])
+
+
+def test_a_level_resumed_after_a_pause_has_the_throughput_of_one_that_was_not(
+    tmp_path: Path,
+) -> None:
+    """The C=1 of issue 16: interrupted half-way, resumed two minutes later."""
+    levels = [SyntheticLevel(1, 30, 10, requests=8)]
+    manifest = synthetic_manifest("whole", levels, output_len=32)
+    manifest.source = Source(tool="sweeper record", version="test")
+    requests = synthetic_requests(levels, output_len=32)
+    whole = level_frame(load_trace_set(write_trace_set(tmp_path / "whole", manifest, requests)))
+    paused = resumed_after_a_pause(requests, 1, after=4, pause_ns=120 * NS_PER_S)
+    manifest.run_id = "paused"
+    cut = level_frame(load_trace_set(write_trace_set(tmp_path / "paused", manifest, paused)))
+    assert cut.iloc[0]["paused_s"] == pytest.approx(120, abs=0.01)
+    assert cut.iloc[0]["output_throughput_tok_s"] == pytest.approx(
+        whole.iloc[0]["output_throughput_tok_s"], rel=1e-3
+    )
