@@ -11,7 +11,12 @@ from typing import Literal
 
 from sweeper.errors import ConfigError
 from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
-from sweeper.record.workload import DEFAULT_LEVELS, RequestCount
+from sweeper.record.workload import (
+    DEFAULT_LEVELS,
+    MAX_REQUESTS_PER_LEVEL,
+    RequestCount,
+    check_request_counts,
+)
 from sweeper.schema import check_run_id, strip_credentials
 from sweeper.store import DEFAULT_TRACES_DIR
 
@@ -19,6 +24,7 @@ DEFAULT_INPUT_LEN = 1024
 DEFAULT_OUTPUT_LEN = 256
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_ERROR_RATE = 0.2
+MAX_TOKENS = 100_000_000  # --input-len / --output-len: far past any context window
 PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
 CONNECT_TIMEOUT_S = 10.0
 CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
@@ -97,8 +103,17 @@ class RecordConfig:
             )
         if self.workers < 1:
             raise ConfigError(f"--workers {self.workers} must be at least 1")
-        if self.warmup is not None and self.warmup < 0:
-            raise ConfigError(f"--warmup {self.warmup} must be 0 or more")
+        if self.warmup is not None and not 0 <= self.warmup <= MAX_REQUESTS_PER_LEVEL:
+            raise ConfigError(
+                f"--warmup {self.warmup} must be 0 to {MAX_REQUESTS_PER_LEVEL:,} requests"
+            )
+        for option, tokens in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+            if tokens > MAX_TOKENS:
+                raise ConfigError(
+                    f"{option} {tokens} is above {MAX_TOKENS:,} tokens, past any model's context"
+                )
+        if not self.resume:  # a resumed run keeps its own counts (checked against the run's)
+            check_request_counts(self.requests_per_level, self.concurrency)
         if self.server_log is not None and not Path(self.server_log).is_file():
             raise ConfigError(f"--server-log {self.server_log}: no such file")
         if self.run_id is not None:

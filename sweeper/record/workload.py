@@ -26,6 +26,10 @@ TokenCounter = Callable[[str], Awaitable[int]]
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_REQUESTS_FACTOR = 4  # measured requests per level: this many per stream...
 MIN_REQUESTS_PER_LEVEL = 8  # ...but never fewer than this
+# One client reaches one server address over at most 65,535 source ports: C streams are C
+# connections, so no level can run more (and 20-digit levels broke the summary's integers).
+MAX_CONCURRENCY = 65_535
+MAX_REQUESTS_PER_LEVEL = 10_000_000  # counts far past any sweep, well inside every integer type
 PREFIX_WORDS = 2  # words of the per-request unique prefix
 MAX_FIT_ROUNDS = 12  # tokenize calls allowed per prompt before giving up on exactness
 
@@ -60,6 +64,11 @@ def parse_levels(text: str) -> list[int]:
                 f"concurrency level {part!r} is not a positive integer "
                 "(e.g. --concurrency 1,2,4,8,16)"
             )
+        if int(part) > MAX_CONCURRENCY:
+            raise ConfigError(
+                f"concurrency level {part} is above the most a recorder can run, "
+                f"{MAX_CONCURRENCY:,} (one connection per stream, one source port each)"
+            )
         if int(part) in levels:
             raise ConfigError(f"concurrency level {part} is listed twice in {text!r}")
         levels.append(int(part))
@@ -80,10 +89,15 @@ class RequestCount:
     def parse(cls, text: str) -> RequestCount:
         text = text.strip().lower()
         match = re.fullmatch(r"(\d+)x", text)
-        if match and int(match.group(1)) >= 1:
-            return cls(fixed=None, factor=int(match.group(1)))
-        if text.isdigit() and int(text) >= 1:
-            return cls(fixed=int(text))
+        number = int(match.group(1)) if match else int(text) if text.isdigit() else 0
+        if number > MAX_REQUESTS_PER_LEVEL:
+            raise ConfigError(
+                f"--requests-per-level {text!r} is above {MAX_REQUESTS_PER_LEVEL:,} requests"
+            )
+        if match and number >= 1:
+            return cls(fixed=None, factor=number)
+        if text.isdigit() and number >= 1:
+            return cls(fixed=number)
         raise ConfigError(
             f"--requests-per-level {text!r} is neither a count (e.g. 100) nor a multiple of the "
             "level (e.g. 4x)"
@@ -96,6 +110,31 @@ class RequestCount:
 
     def __str__(self) -> str:
         return str(self.fixed) if self.fixed is not None else f"{self.factor}x"
+
+
+def short_levels(counts: dict[int, int]) -> str | None:
+    """The levels that plan fewer measured requests than streams, as ``C=16 (8 requests)``, or
+    None. Fewer than C requests cannot be C in flight at once: such a level would be labelled
+    with a concurrency it never reached."""
+    short = sorted((c, n) for c, n in counts.items() if n < c)
+    if not short:
+        return None
+    return ", ".join(f"C={c} ({n} requests)" for c, n in short)
+
+
+def check_request_counts(count: RequestCount, levels: list[int]) -> None:
+    """Refuse ``--requests-per-level`` below a level: ConfigError naming the option, the levels
+    short of requests and the minimum (the largest of them)."""
+    counts = {c: count.for_level(c) for c in levels}
+    short = short_levels(counts)
+    if short is None:
+        return
+    need = max(c for c, n in counts.items() if n < c)
+    raise ConfigError(
+        f"--requests-per-level {count} is fewer measured requests than streams at {short}: a "
+        f"level of C streams needs at least C, or it never runs C at once while labelled C; "
+        f"pass --requests-per-level {need} or more, or a multiple of the level such as 4x"
+    )
 
 
 def request_id(concurrency: int, index: int) -> str:

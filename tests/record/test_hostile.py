@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.errors import ErrorRateExceeded
-from sweeper.record import RecordConfig, RequestCount, record_sweep
+from sweeper.errors import ConfigError, ErrorRateExceeded
+from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep
 from sweeper.store import load_trace_set, read_manifest
 from sweeper.testing.server import FaultRule, run_server
 
@@ -68,3 +68,24 @@ def test_bad_usage_on_resume_is_the_same_malformed_request(tmp_path: Path) -> No
     assert kinds == {"malformed"}
     lines = (folder / "requests.jsonl").read_text().splitlines()
     assert all(json.loads(line) for line in lines)
+
+
+def test_a_level_is_never_planned_with_fewer_requests_than_streams(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"pass --requests-per-level 4 or more"):
+        record_sweep(_config("http://127.0.0.1:9", tmp_path, concurrency=[1, 4],
+                             requests_per_level=RequestCount(fixed=3)))  # fmt: skip
+    assert not (tmp_path / "h").exists()
+    # At the minimum, the level's measured requests are all in flight at once: it reaches C=4.
+    with run_server(ttft_ms=1, itl_ms=5) as server:
+        folder = record_sweep(_config(server.base_url, tmp_path, concurrency=[4],
+                                      requests_per_level=RequestCount(fixed=4)))  # fmt: skip
+    measured = [r for r in load_trace_set(folder).requests if r.phase == "measured"]
+    last_send = max(r.send_ns for r in measured)
+    assert all(r.send_ns + (r.end_ns or 0) > last_send for r in measured)
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "65536"])
+def test_concurrency_is_bounded_when_parsed(value: str) -> None:
+    with pytest.raises(ConfigError, match="above the most a recorder can run, 65,535"):
+        parse_levels(f"1,{value}")
+    assert parse_levels("1,65535") == [1, 65535]

@@ -118,6 +118,16 @@ def test_error_rate_exit_status_and_message(tmp_path: Path) -> None:
         (["--warmup", "x"], "neither a count"),
         (["--label", "novalue"], "is not key=value"),
         (["--run-id", "../up"], "not safe as a folder name"),
+        (["--concurrency", "99999999999999999999"], "above the most a recorder can run, 65,535"),
+        (["--requests-per-level", "99999999999x"], "is above 10,000,000 requests"),
+        (["--warmup", "99999999999999999999"], "--warmup 99999999999999999999 must be 0 to"),
+        (["--output-len", "99999999999999999999"], "--output-len 99999999999999999999 is above"),
+        (
+            ["--concurrency", "1,8,16,32", "--requests-per-level", "8"],
+            "--requests-per-level 8 is fewer measured requests than streams at C=16 (8 requests), "
+            "C=32 (8 requests)",
+        ),
+        (["--concurrency", "1,16", "--requests-per-level", "8"], "--requests-per-level 16 or more"),
     ],
 )
 def test_bad_options_are_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
@@ -125,7 +135,8 @@ def test_bad_options_are_usage_errors(args: list[str], message: str, tmp_path: P
         cli, ["record", "--base-url", "http://127.0.0.1:9", "--out", str(tmp_path), *args]
     )
     assert result.exit_code == 2
-    assert message in result.output
+    assert message in " ".join(result.output.split()), result.output
+    assert "Traceback" not in result.output
 
 
 # ---------------------------------------------------------------------------------------------
