@@ -43,11 +43,9 @@ def build_command(traces_dir: Path, out_dir: Path) -> None:
         f"wrote {len(pages)} pages to {', '.join(str(out_dir / d) for d in GENERATED_DIRS)} "
         f"from {traces_dir}"
     )
-    for entry in entries:
-        if entry.error is not None:
-            click.echo(f"left out {entry.folder}: {entry.error}", err=True)
-    # sweeper's own failures (as `mkdocs build --strict` does): the pages are written, and the
-    # exit status says they are not whole.
+    # A trace set left out of the site, or findings that failed (as `mkdocs build --strict`
+    # does): the pages are written (the index names what was left out), and the exit status
+    # says they are not whole.
     problems = [problem for entry in entries for problem in entry.problems()]
     for problem in problems:
         click.echo(f"error: {problem}", err=True)

@@ -138,11 +138,20 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             return config
         root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
         self.traces_path = (root / self.config.traces_dir).resolve()
+        if not self.traces_path.is_dir():
+            # `mkdocs build --strict` fails on it; the pages generated before are kept.
+            log.warning(
+                "sweeper: traces folder %s does not exist: no report page was generated "
+                "(set traces_dir or SWEEPER_TRACES_DIR)",
+                self.traces_path,
+            )
+            return config
         pages = site.generate_pages(self.traces_path, root / PAGE_CACHE)
         written = site.write_pages(pages, Path(config.docs_dir))
         if written:
             log.info("sweeper: %d report page(s) written from %s", written, self.traces_path)
-        # A warning through MkDocs' logger: `mkdocs build --strict` fails on it.
+        # A warning through MkDocs' logger: `mkdocs build --strict` fails on it (a trace set
+        # left out of the site, findings that failed).
         for entry in site.load_entries(self.traces_path, root / PAGE_CACHE):
             for problem in entry.problems():
                 log.warning("sweeper: %s", problem)

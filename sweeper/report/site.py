@@ -83,10 +83,11 @@ class RunEntry:
     bug: bool = False  # the error is sweeper's own (an exception no user can fix), not the data's
 
     def problems(self) -> list[str]:
-        """What a strict build fails on: a page sweeper could not make, or findings that
-        failed on a page it made."""
-        if self.bug and self.error:
-            return [f"{self.folder}: no page: {self.error}"]
+        """What a strict build fails on: a trace set left out of the site (unreadable, or a page
+        sweeper could not make), or findings that failed on a page it made."""
+        if self.error:
+            what = "no page (a bug in sweeper)" if self.bug else "left out of the site"
+            return [f"{self.folder}: {what}: {self.error}"]
         errors = self.run.findings_errors if self.run is not None else []
         return [f"{self.folder}: findings failed: {error}" for error in errors]
 
@@ -103,6 +104,19 @@ def page_path(relative: str, lang: str) -> str:
         return relative
     stem, _, ext = relative.rpartition(".")
     return f"{stem}.{lang}.{ext}"
+
+
+def check_traces_dir(traces_dir: Path) -> Path:
+    """``traces_dir`` when it is a folder; a missing or misspelt one is an error (a build from
+    it would replace every page with an empty index)."""
+    if not traces_dir.exists():
+        raise SweeperError(
+            f"traces folder {traces_dir} does not exist: nothing was built, and the pages "
+            "generated before are kept (pass --traces with the folder of your trace sets)"
+        )
+    if not traces_dir.is_dir():
+        raise SweeperError(f"traces folder {traces_dir} is not a folder: nothing was built")
+    return traces_dir
 
 
 def candidate_folders(traces_dir: Path) -> list[Path]:
@@ -519,14 +533,17 @@ def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:
 
 def build_pages(traces_dir: Path | str, docs_dir: Path | str) -> dict[str, str]:
     """Generate the report pages of every trace set in ``traces_dir`` (Markdown, en + zh) and
-    write them under ``docs_dir`` (runs/, compare/); returns the pages by path."""
-    pages = generate_pages(Path(traces_dir))
+    write them under ``docs_dir`` (runs/, compare/); returns the pages by path. Every page is
+    generated before any is written: a build that fails (a missing traces folder, an output
+    folder sweeper did not create) leaves the pages written before as they were."""
+    pages = generate_pages(check_traces_dir(Path(traces_dir)))
     write_pages(pages, Path(docs_dir))
     return pages
 
 
 __all__ = [
     "build_pages",
+    "check_traces_dir",
     "generate_pages",
     "generated_nav",
     "render_comparison",

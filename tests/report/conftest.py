@@ -5,6 +5,8 @@ one with a KV capacity, a label carrying ``<script>`` and a model name with Mark
 broken folder whose manifest is not JSON. ``built_site`` runs ``mkdocs build --strict`` once per
 session on a copy of the project's mkdocs.yml and docs/ (so the working tree's docs/ is not
 touched), laid out like a mike deployment (``/dev/`` + ``versions.json``) and served over loopback.
+It builds the same runs without the broken folder: a strict build fails on a trace set left out
+of the site (test_site_build.py builds the broken folder on its own to show that).
 """
 
 from __future__ import annotations
@@ -33,7 +35,16 @@ from tests.report.site_helpers import (
 @pytest.fixture(scope="session")
 def site_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The synthetic trace sets, plus every sample trace set committed in traces/."""
-    root = write_site_traces(tmp_path_factory.mktemp("traces"))
+    return _with_samples(write_site_traces(tmp_path_factory.mktemp("traces")))
+
+
+@pytest.fixture(scope="session")
+def readable_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``site_traces`` without the broken folder: what a strict build must publish whole."""
+    return _with_samples(write_site_traces(tmp_path_factory.mktemp("readable"), broken=False))
+
+
+def _with_samples(root: Path) -> Path:
     for folder in discover_trace_sets(ROOT / "traces"):
         shutil.copytree(folder, root / folder.name)
     return root
@@ -53,7 +64,9 @@ class BuiltSite:
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory: pytest.TempPathFactory, site_traces: Path) -> Iterator[BuiltSite]:
+def built_site(
+    tmp_path_factory: pytest.TempPathFactory, readable_traces: Path
+) -> Iterator[BuiltSite]:
     work = tmp_path_factory.mktemp("site")
     serve_root = work / "public"
     serve_root.mkdir()
@@ -66,7 +79,7 @@ def built_site(tmp_path_factory: pytest.TempPathFactory, site_traces: Path) -> I
     try:
         config = copy_project_site(work)
         site_dir = serve_root / VERSION
-        result = mkdocs_build(config, site_dir, site_traces, base_url)
+        result = mkdocs_build(config, site_dir, readable_traces, base_url)
         assert result.returncode == 0, (
             f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
         )

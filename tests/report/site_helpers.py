@@ -22,8 +22,9 @@ BROKEN = "broken-run"
 VERSION = "dev"
 
 
-def write_site_traces(root: Path) -> Path:
-    """The trace sets every site test uses; returns ``root``."""
+def write_site_traces(root: Path, *, broken: bool = True) -> Path:
+    """The trace sets every site test uses (with ``broken``, a folder whose manifest is not
+    JSON); returns ``root``."""
     kv = ServerConfig(
         kv_cache_tokens=Fact(value=20_000, source="log", detail="GPU KV cache size: 20,000 tokens"),
         max_num_seqs=Fact(value=128, source="endpoint"),
@@ -55,9 +56,16 @@ def write_site_traces(root: Path) -> Path:
     manifest["model"]["name"] = MARKDOWN_MODEL + XSS
     manifest["labels"] = {XSS: XSS}
     (xss / "manifest.json").write_text(json.dumps(manifest))
+    if broken:
+        write_broken_trace_set(root)
+    return root
+
+
+def write_broken_trace_set(root: Path) -> Path:
+    """A folder that looks like a trace set and cannot be read (its manifest is not JSON)."""
     (root / BROKEN).mkdir()
     (root / BROKEN / "manifest.json").write_text("{not json")
-    return root
+    return root / BROKEN
 
 
 def copy_project_site(dest: Path) -> Path:
@@ -72,7 +80,7 @@ def copy_project_site(dest: Path) -> Path:
 
 
 def mkdocs_build(
-    config: Path, site_dir: Path, traces: Path, site_url: str
+    config: Path, site_dir: Path, traces: Path, site_url: str, *, strict: bool = True
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
@@ -86,7 +94,7 @@ def mkdocs_build(
             "-m",
             "mkdocs",
             "build",
-            "--strict",
+            *(["--strict"] if strict else []),
             "-f",
             str(config),
             "-d",

@@ -163,9 +163,10 @@ def test_sweeper_build_writes_the_same_markdown(tmp_path: Path, site_traces: Pat
     result = CliRunner().invoke(
         cli, ["build", "--traces", str(site_traces), "--out", str(tmp_path)]
     )
-    assert result.exit_code == 0, result.output
+    # The broken folder is left out: the pages are written (the index names it), exit 1.
+    assert result.exit_code == 1, result.output
     assert f"wrote {len(pages)} pages" in result.output
-    assert BROKEN in result.output
+    assert f"{BROKEN}: left out of the site" in result.output
     for relative, text in pages.items():
         assert (tmp_path / relative).read_text(encoding="utf-8") == text
 
@@ -231,3 +232,28 @@ def test_recorded_warnings_say_on_a_chinese_page_that_they_are_english(run_a) ->
     assert "### 警告" in zh and "- the recorder read late at concurrency 4" in zh
     assert "以下是录制端或导入工具记下的原文（英文）" in zh
     assert "### Warnings" in en and "in English" not in en
+
+
+def test_sweeper_build_of_a_missing_traces_folder_is_an_error_and_keeps_the_pages(
+    tmp_path: Path, readable_traces: Path
+) -> None:
+    out = tmp_path / "md"
+    first = CliRunner().invoke(cli, ["build", "--traces", str(readable_traces), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(
+        cli, ["build", "--traces", str(tmp_path / "tarces"), "--out", str(out)]
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: traces folder") and "does not exist" in result.output
+    assert "wrote" not in result.output and "Traceback" not in result.output
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    result = CliRunner().invoke(cli, ["build", "--traces", str(a_file), "--out", str(out)])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+
+
+def test_every_folder_left_out_is_a_problem_of_the_build(site_traces: Path) -> None:
+    problems = [p for e in site.load_entries(site_traces) for p in e.problems()]
+    assert len(problems) == 1 and f"{BROKEN}: left out of the site" in problems[0]

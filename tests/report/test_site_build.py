@@ -10,7 +10,17 @@ import nbformat
 import pytest
 from nbconvert.preprocessors import ExecutePreprocessor
 
-from tests.report.site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
+from sweeper.testing.factories import SyntheticLevel, write_synthetic_run
+from tests.report.site_helpers import (
+    BROKEN,
+    RUN_A,
+    RUN_B,
+    RUN_XSS,
+    XSS,
+    copy_project_site,
+    mkdocs_build,
+    write_broken_trace_set,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +31,6 @@ def test_every_run_page_is_built_in_both_languages(built_site) -> None:
     for run in (RUN_A, RUN_B, RUN_XSS):
         assert (built_site.site_dir / "runs" / run / "index.html").exists()
         assert (built_site.site_dir / "zh" / "runs" / run / "index.html").exists()
-    assert not (built_site.site_dir / "runs" / BROKEN).exists()
-    index = (built_site.site_dir / "runs" / "index.html").read_text()
-    assert BROKEN in html.unescape(index)  # the error entry
     zh = (built_site.site_dir / "zh" / "runs" / RUN_A / "index.html").read_text()
     assert '<html lang="zh"' in zh and "结论" in zh
 
@@ -86,3 +93,26 @@ def test_notebook_page_is_a_rendered_page_in_both_languages(built_site) -> None:
         page = built_site.site_dir / prefix / "notebooks" / "explore" / "index.html"
         text = page.read_text()
         assert "<svg" in text and "require.js" not in text
+
+
+def test_a_strict_build_fails_on_a_trace_set_left_out_and_names_it(tmp_path: Path) -> None:
+    traces = tmp_path / "runs-here"  # not traces/ beside mkdocs.yml: the notebook reads that one
+    write_synthetic_run(traces, "fine", [SyntheticLevel(1, 30, 10)], output_len=16)
+    write_broken_trace_set(traces)
+    config = copy_project_site(tmp_path)
+    strict = mkdocs_build(config, tmp_path / "strict", traces, "http://127.0.0.1/")
+    assert strict.returncode != 0
+    assert f"{BROKEN}: left out of the site" in strict.stdout + strict.stderr
+    # Without --strict the other runs publish and the index names the folder left out.
+    site_dir = tmp_path / "site"
+    loose = mkdocs_build(config, site_dir, traces, "http://127.0.0.1/", strict=False)
+    assert loose.returncode == 0, loose.stderr
+    assert (site_dir / "runs" / "fine" / "index.html").exists()
+    assert BROKEN in html.unescape((site_dir / "runs" / "index.html").read_text())
+
+
+def test_a_missing_traces_folder_fails_a_strict_build(tmp_path: Path) -> None:
+    config = copy_project_site(tmp_path)
+    result = mkdocs_build(config, tmp_path / "site", tmp_path / "tarces", "http://127.0.0.1/")
+    assert result.returncode != 0
+    assert "does not exist" in result.stdout + result.stderr
