@@ -20,7 +20,9 @@ and returns one line per defect, ``"<kind>: <context>"``. The kinds:
   a trace set must arrive as text);
 - ``empty_card``: a card whose value is empty;
 - ``path_title``: a title holding a local path (``/lustre/fsw/models/Kimi-K2.5``): the model's
-  name is its last component.
+  name is its last component;
+- ``control``: a terminal escape sequence or another control character anywhere in the page,
+  quoted text included (a server log's ``ESC]0;title BEL``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ DEFECT_KINDS = (
     "markup",
     "empty_card",
     "path_title",
+    "control",
 )
 
 # Elements whose text quotes something as it is (a command, a log line): not checked.
@@ -97,6 +100,7 @@ _LOCAL_PATH = re.compile(r"(?:^|[\s(·])(?:/|~/|\./|[A-Za-z]:\\)[^\s/]+[/\\]")
 _EVENT_ATTR = re.compile(r"^on[a-z]+$")
 _UNSAFE_URL = re.compile(r"\s*(?:javascript|vbscript|data:text)", re.IGNORECASE)
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4"})
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _CONTEXT = 40
 
 
@@ -113,6 +117,11 @@ def page_defects(page: str) -> list[str]:
     for text in texts:
         defects.extend(_text_defects(text))
     defects.extend(parser.defects)
+    for where, text in (("page", page), *(("text", t) for t in parser.all_texts)):
+        found = _CONTROL.search(text)
+        if found:
+            defects.append(f"control: {where} holds {found.group()!r}")
+            break
     for heading in [*parser.headings, *([title] if title is not None else [])]:
         if _LOCAL_PATH.search(heading):
             defects.append(f"path_title: {_clip(heading)}")
@@ -169,6 +178,7 @@ class _Reader(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.texts: list[str] = []
+        self.all_texts: list[str] = []  # quoted text included (for control characters)
         self.chart_texts: list[str] = []
         self.headings: list[str] = []
         self.defects: list[str] = []
@@ -220,6 +230,7 @@ class _Reader(HTMLParser):
                 break
 
     def handle_data(self, data: str) -> None:
+        self.all_texts.append(data)
         if any(tag in _QUOTING for tag in self._stack):
             return
         self._current.append(data)

@@ -258,3 +258,33 @@ def test_reports_can_be_rendered_again_from_the_slim_cache(tmp_path: Path) -> No
     slim = site._read_cached(next((tmp_path / "cache").glob("*.pickle")))
     assert slim is not None and slim.run is not None and not slim.run.done.complete
     assert dataclasses.replace(entry).run is not None
+
+
+def test_terminal_escapes_from_a_server_log_never_reach_a_page(tmp_path: Path) -> None:
+    """A log line that sets the terminal's title (ESC ] 0 ; ... BEL), colours, a carriage
+    return, and escapes in a label and an error message: the page shows the text only."""
+    title = "\x1b]0;pwned\x07"
+    folder = write_synthetic_run(
+        tmp_path,
+        "esc",
+        [SyntheticLevel(1, 30, 10, failures=1)],
+        output_len=16,
+        labels={"note": f"{title}\x1b[31mred\x1b[0m"},
+    )
+    log = (
+        f"{title}INFO 11-30 07:50:36 [kv_cache_utils.py:2327] \x1b[1mGPU KV cache size: "
+        "21,760 tokens\x1b[0m\r\n"
+    )
+    (folder / "server.log").write_text(log)
+    ts = load_trace_set(folder)
+    ts.manifest.model.name = f"tiny{title}"
+    ts.manifest.warnings.append(f"a warning {title}with a bell\x07")
+    for r in ts.requests:
+        if r.error is not None:
+            r.error.message = f"{title}upstream said \x1b[2Kno"
+    run = collect_run(ts)
+    for lang in LANGS:
+        page = render_run_page(run, lang)
+        assert "\x1b" not in page and "\x07" not in page and "pwned" not in page
+        assert page_defects(page) == [], lang
+        assert "upstream said no" in page and "red" in page
