@@ -266,6 +266,19 @@ class Client(_Model):
     stamp_checks: list[StampCheck] = Field(default_factory=list)
 
 
+class LevelAttempt(_Model):
+    """One stretch of a level's recording: its first run, then each ``--resume`` that went on
+    with it. The level ran from ``start_ns`` to ``end_ns`` of each; between them it was paused."""
+
+    start_ns: int = Field(description="ns from origin: when this stretch started sending.")
+    end_ns: int | None = Field(
+        default=None,
+        description="ns from origin: when it stopped; for a recorder that was killed, the end of "
+        "the last request it wrote (set by the resume). None while it runs.",
+    )
+    outcome: Literal["complete", "aborted", "interrupted", "killed"] | None = None
+
+
 class LevelStatus(_Model):
     """Bookkeeping of one concurrency level, so an interrupted sweep can be resumed."""
 
@@ -274,6 +287,10 @@ class LevelStatus(_Model):
     start_ns: int | None = None
     end_ns: int | None = None
     message: str | None = None
+    attempts: list[LevelAttempt] = Field(
+        default_factory=list,
+        description="Each stretch the level was recorded in (one unless it was resumed).",
+    )
 
 
 class ClockOrigin(_Model):

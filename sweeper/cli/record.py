@@ -25,7 +25,26 @@ from sweeper.store import DEFAULT_TRACES_DIR
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
-def record_config(options: dict[str, Any]) -> RecordConfig:
+# Options whose RecordConfig field has another name.
+_FIELD_OF_OPTION = {"no_metrics": "metrics_urls", "scrape_interval": "scrape_interval_s"}
+
+
+def given_fields(ctx: click.Context | None, options: dict[str, Any]) -> frozenset[str] | None:
+    """The RecordConfig fields of the options given on the command line or from the environment
+    (what ``--resume`` compares with the run); None without a click context."""
+    if ctx is None:
+        return None
+    sources = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return frozenset(
+        _FIELD_OF_OPTION.get(name, name)
+        for name in options
+        if ctx.get_parameter_source(name) in sources
+    )
+
+
+def record_config(
+    options: dict[str, Any], given_options: frozenset[str] | None = None
+) -> RecordConfig:
     """The :class:`RecordConfig` of ``sweeper record``'s options (click's mapping of them): an
     option named like a field passes through as it is; the others are parsed into theirs here."""
     given = dict(options)
@@ -41,6 +60,7 @@ def record_config(options: dict[str, Any]) -> RecordConfig:
         "api_key": given.pop("api_key") or None,
         "http_client": "httpx" if given.pop("http_client") == "httpx" else "raw",
         "command": redact_argv(["sweeper", *sys.argv[1:]]),
+        "given": given_options,
     }
     return RecordConfig(**given, **parsed)
 
@@ -266,7 +286,9 @@ def record_command(**options: Any) -> None:
     """
     quiet = options.pop("quiet")
     try:
-        config = record_config(options)
+        config = record_config(
+            options, given_fields(click.get_current_context(silent=True), options)
+        )
         config.check()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -79,6 +79,9 @@ class RecordConfig:
     workers: int = 1
     command: list[str] | None = None
     http_client: Literal["raw", "httpx"] = "raw"  # what streams (probes and scrapes: httpx)
+    # The fields the user set (the CLI: options given on the command line or from the
+    # environment); None: those that differ from the defaults. --resume compares these.
+    given: frozenset[str] | None = None
 
     def check(self) -> None:
         if self.base_url is None and not self.resume:

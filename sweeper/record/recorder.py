@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -41,6 +41,7 @@ from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
 from sweeper.record.progress import LevelStats, NullProgress, Progress
+from sweeper.record.resume import check_resume, close_killed_attempts
 from sweeper.record.scrape import (
     MetricsParser,
     Scraper,
@@ -65,6 +66,7 @@ from sweeper.record.workload import (
 )
 from sweeper.schema import (
     METRICS_FILE,
+    LevelAttempt,
     LevelStatus,
     LoopLag,
     RequestTrace,
@@ -93,6 +95,8 @@ class _Run:
     clock: Clock
     progress: Progress
     done_ids: set[str] = field(default_factory=set)
+    # A resumed run's requests recorded before, by level: the level's error rate counts them.
+    earlier: dict[int, list[RequestTrace]] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
     scraping: bool = False  # some --metrics-url is being scraped during the levels
 
@@ -160,9 +164,11 @@ async def arecord_sweep(
     progress = progress or NullProgress()
     previous: RunManifest | None = None
     folder: Path | None = None
+    notes: list[str] = []
     if config.resume:
         folder, previous = find_resumable(config)
         config.run_id = previous.run_id
+        notes = check_resume(config, previous)
         base_url = config.base_url or previous.target.base_url
         if base_url is None:
             raise ConfigError("the run to resume names no base URL; pass --base-url")
@@ -197,9 +203,13 @@ async def arecord_sweep(
                 origin_ns=origin_ns, clock=clock, progress=progress,
             )  # fmt: skip
             if previous is not None:
-                run.done_ids = {
-                    r.request_id for r in load_trace_set(folder).requests if r.status != "cancelled"
-                }
+                earlier = [r for r in load_trace_set(folder).requests if r.status != "cancelled"]
+                run.done_ids = {r.request_id for r in earlier}
+                for trace in earlier:
+                    run.earlier.setdefault(trace.concurrency, []).append(trace)
+                close_killed_attempts(manifest, earlier)
+            for note in notes:
+                run.warn(note)
             streamer = _streaming_client(config, headers, transport, client)
             # Kept per run (a resume may use another client): it bounds how exact the stamps are.
             manifest.client.http_client = "httpx" if streamer is client else "raw"
@@ -405,6 +415,7 @@ async def _run_levels(sweep: _Sweep, pool: WorkerPool | None) -> None:
         if level is not None and level.status == "running":
             level.status = "interrupted"
             level.end_ns = run.now_ns()
+            _end_attempt(level, "interrupted")
             level.message = (
                 "interrupted (Ctrl-C); finish with --resume"
                 if isinstance(exc, asyncio.CancelledError)
@@ -489,11 +500,17 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
     indices = [
         i for i in range(warmup + measured) if request_id(concurrency, i) not in run.done_ids
     ]
-    stats = LevelStats(concurrency, total=warmup + measured, done=warmup + measured - len(indices))
+    # A resumed level is one level: its earlier requests, failures included, count in its
+    # figures and its error rate.
+    stats = LevelStats(concurrency, total=warmup + measured)
+    for trace in run.earlier.get(concurrency, []):
+        stats.add(trace)
     resumed = level.status in ("interrupted", "running", "aborted") and level.start_ns is not None
     specs = await _build_specs(run, sweep.builder, sweep.model, concurrency, indices, warmup)
     level.status = "running"
-    level.start_ns = level.start_ns if resumed and level.start_ns is not None else run.now_ns()
+    start_ns = run.now_ns()
+    level.start_ns = level.start_ns if resumed and level.start_ns is not None else start_ns
+    level.attempts.append(LevelAttempt(start_ns=start_ns))
     level.message = "resumed" if resumed else None
     run.save()
     run.progress.level_started(stats)
@@ -502,14 +519,19 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
     url = f"{sweep.api}/chat/completions" if endpoint == "chat" else f"{sweep.api}/completions"
     allowed_failures = config.max_error_rate * measured
 
+    def failed_too_often() -> bool:
+        return config.max_error_rate < 1.0 and stats.measured_errors > allowed_failures
+
     def take(trace: RequestTrace) -> bool:
         """Count a finished request; False once the level can no longer pass the error rate."""
         stats.add(trace)
         run.progress.request_done(stats)
-        return not (config.max_error_rate < 1.0 and stats.measured_errors > allowed_failures)
+        return not failed_too_often()
 
+    if failed_too_often():
+        specs = []  # its earlier requests failed too often already: nothing more is sent
     stamps = StampStats()
-    if pool is not None:
+    if pool is not None and specs:
         result = await pool.run_level(url, endpoint, concurrency, specs, take)
         summary = summarize_lag(result.lag_ms, concurrency)
         for state in result.stamps:
@@ -527,15 +549,33 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
         and stats.error_rate > config.max_error_rate
     ):
         level.status = "aborted"
+        _end_attempt(level, "aborted")
         level.message = (
             f"error rate {stats.error_rate:.0%} ({stats.measured_errors} of {stats.measured_done} "
-            f"measured requests) passed --max-error-rate {config.max_error_rate:g}"
+            f"measured requests{_earlier(run, concurrency)}) passed --max-error-rate "
+            f"{config.max_error_rate:g}"
             + (f"; last error: {stats.last_error}" if stats.last_error else "")
         )
         run.save()
         raise ErrorRateExceeded(f"stopped the sweep at concurrency {concurrency}: {level.message}")
     level.status = "complete"
+    _end_attempt(level, "complete")
     run.save()
+
+
+def _earlier(run: _Run, concurrency: int) -> str:
+    """``, 8 of them recorded before this resume`` (measured ones), or nothing."""
+    before = sum(t.phase == "measured" for t in run.earlier.get(concurrency, []))
+    return f", {before} of them recorded before this resume" if before else ""
+
+
+def _end_attempt(
+    level: LevelStatus, outcome: Literal["complete", "aborted", "interrupted"]
+) -> None:
+    """Close the level's attempt under way at the level's end time."""
+    if level.attempts and level.attempts[-1].end_ns is None:
+        level.attempts[-1].end_ns = level.end_ns
+        level.attempts[-1].outcome = outcome
 
 
 async def _stream_level(

@@ -218,6 +218,11 @@ def test_kill_9_leaves_a_readable_trace_set_and_resume_finishes_it(tmp_path: Pat
         assert resumed.returncode == 0, err
         assert "recorded" in out
     _check_complete(tmp_path / "r")
+    # The killed stretch ends at the last request it wrote; the resume is a stretch of its own.
+    killed = read_manifest(tmp_path / "r").levels[0]
+    assert [a.outcome for a in killed.attempts] == ["killed", "complete"]
+    assert killed.attempts[0].end_ns is not None
+    assert killed.attempts[0].end_ns <= killed.attempts[1].start_ns
 
 
 def test_a_run_being_recorded_is_not_resumed_or_compacted_by_another_process(
@@ -266,3 +271,41 @@ def test_ctrl_c_marks_the_run_incomplete_then_resume(tmp_path: Path, workers: st
         _, err = resumed.communicate(timeout=WAIT_S)
         assert resumed.returncode == 0, err
     _check_complete(tmp_path / "r")
+    levels = read_manifest(tmp_path / "r").levels
+    assert [[a.outcome for a in lv.attempts] for lv in levels] == [
+        ["complete"],
+        ["interrupted", "complete"],
+    ]
+    # The run's own options given again: nothing to say about them.
+    assert not [w for w in read_manifest(tmp_path / "r").warnings if w.startswith("resumed")]
+
+
+def test_resume_refuses_changed_options_and_applies_safe_ones(tmp_path: Path) -> None:
+    with spawn_server(ttft_ms=1, itl_ms=1, faults=(FaultRule("http_500", every=2),)) as srv:
+        first = _start(srv.base_url, tmp_path, "--timeout", "30", "--label", "flags=default")
+        _, err = first.communicate(timeout=WAIT_S)
+        assert first.returncode == 1 and "passed --max-error-rate 0.2" in err
+    with spawn_server(ttft_ms=1, itl_ms=1) as srv:
+        base = ["record", "--resume", "--run-id", "r", "--out", str(tmp_path), "--quiet"]
+        changed = _sweeper(*base, "--concurrency", "1,2,4", "--output-len", "9", "--label", "x=y")
+        assert changed.returncode == 1
+        assert "Traceback" not in changed.stderr
+        rows = [" ".join(line.split()) for line in changed.stderr.splitlines()[1:]]
+        assert rows == [
+            "--output-len recorded 12, given 9",
+            "--concurrency recorded 1,2, given 1,2,4",
+            "--label recorded flags=default, given x=y",
+        ], changed.stderr
+        assert read_manifest(tmp_path / "r").status == "aborted"  # untouched
+        applied = _sweeper(*base, "--base-url", srv.base_url, "--max-error-rate", "1")
+        assert applied.returncode == 0, applied.stderr
+    manifest = read_manifest(tmp_path / "r")
+    assert manifest.status == "complete"
+    notes = [w for w in manifest.warnings if w.startswith("resumed")]
+    assert any(
+        "--max-error-rate 1 (the run's first part: 0.2): applied to the requests sent from now on"
+        in n
+        for n in notes
+    ), notes
+    assert any(f"resumed against {srv.base_url} (recorded: " in n for n in notes), notes
+    assert not any("--timeout" in n for n in notes), notes  # the run's own 30 s, inherited
