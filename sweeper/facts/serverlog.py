@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sweeper.redact import redact  # one rule for secrets; their values in kept lines masked
 from sweeper.schema import Fact, FactValue, RunManifest, ServerConfig
 from sweeper.units import GIB, MIB
 
@@ -50,12 +51,6 @@ DETAIL_MAX_CHARS = 400
 MAX_WARNINGS = 100
 # Option names that may hold a secret: never copied from the log into a manifest.
 SECRET_NAME = re.compile(r"(?:key|keys|secret|password|token|auth)$", re.IGNORECASE)
-# ... and their values are masked in the log lines kept as a fact's detail.
-_SECRET_VALUE = re.compile(
-    r"""(\b\w*(?:key|keys|secret|password|token|auth)['"]?\s*[:=]\s*)('[^']*'|"[^"]*"|[^,\s)}\]]+)""",
-    re.IGNORECASE,
-)
-REDACTED = "'<redacted>'"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
@@ -134,11 +129,6 @@ def _int(text: str) -> int:
 
 def _bytes(amount: str, unit: str) -> int:
     return round(_number(amount) * UNIT_BYTES[unit])
-
-
-def redact(line: str) -> str:
-    """The line with the value of every key / token / secret / password option masked."""
-    return _SECRET_VALUE.sub(lambda m: m.group(1) + REDACTED, line)
 
 
 def _detail(line: str) -> str:
