@@ -15,11 +15,14 @@ chunk's arrival counts from its own request's send. Units are in the field names
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sweeper.redact import strip_credentials
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -47,7 +50,23 @@ FactSource = Literal[
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+    # NaN, +Inf and -Inf are written as the strings "NaN", "Infinity", "-Infinity" (JSON has no
+    # such numbers) and read back as floats; see docs/trace-schema.md.
+    model_config = ConfigDict(
+        extra="forbid", frozen=False, validate_assignment=False, ser_json_inf_nan="strings"
+    )
+
+
+def _finite_or_none(value: Any) -> Any:
+    """A non-finite float as None (unknown): a fact or a tool's summary number is a value or
+    nothing (stored as null, as before)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _null_as_nan(value: Any) -> Any:
+    """null as NaN: files written before non-finite numbers were stored as strings hold null
+    where the value was NaN or infinite."""
+    return math.nan if value is None else value
 
 
 class Fact(_Model):
@@ -58,6 +77,11 @@ class Fact(_Model):
     detail: str | None = Field(
         default=None, description="The endpoint, metric, log line or option it was read from."
     )
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: FactValue) -> FactValue:
+        return _finite_or_none(value)
 
 
 def fact_value(fact: Fact | None) -> FactValue:
@@ -96,6 +120,16 @@ class Source(_Model):
         "the names of sweeper's summary CSV where one exists (duration_s, ttft_ms_mean...).",
     )
 
+    @field_validator("summaries")
+    @classmethod
+    def _finite_summaries(
+        cls, value: dict[str, dict[str, float | int | str | None]]
+    ) -> dict[str, dict[str, float | int | str | None]]:
+        return {
+            level: {k: _finite_or_none(v) for k, v in numbers.items()}
+            for level, numbers in value.items()
+        }
+
 
 class Target(_Model):
     """The endpoint that was swept. ``base_url`` never carries credentials."""
@@ -111,11 +145,6 @@ class Target(_Model):
         if value is None:
             return value
         return strip_credentials(value)
-
-
-def strip_credentials(url: str) -> str:
-    """``https://user:key@host/x`` -> ``https://host/x``: a URL safe to write to disk."""
-    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
 
 
 class ServerConfig(_Model):
@@ -302,7 +331,7 @@ class ClockOrigin(_Model):
 
 
 class RunManifest(_Model):
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(default=SCHEMA_VERSION, strict=True)  # true is not 1
     run_id: str
     started_at: datetime = Field(description="UTC wall-clock time of the run's start.")
     ended_at: datetime | None = None
@@ -412,6 +441,13 @@ class RequestTrace(_Model):
     )
     worker: int | None = Field(default=None, description="Recorder worker process, if several.")
 
+    @field_validator("server_timing", mode="before")
+    @classmethod
+    def _timing_nulls(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _null_as_nan(v) for k, v in value.items()}
+        return value
+
     @model_validator(mode="after")
     def _chunks_line_up(self) -> RequestTrace:
         if len(self.chunk_ns) != len(self.chunk_tokens):
@@ -431,7 +467,12 @@ class Series(_Model):
 
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
-    value: float
+    value: float = Field(description='NaN, +Inf, -Inf: "NaN", "Infinity", "-Infinity".')
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _value_null(cls, value: Any) -> Any:
+        return _null_as_nan(value)
 
 
 class MetricSample(_Model):

@@ -2,9 +2,14 @@
 
 The writer appends each finished request as one JSON line and flushes it at once, so a killed
 recorder loses at most the line it was writing; the manifest is replaced atomically (write a
-temporary file, then rename). The reader accepts what such a kill leaves behind: a truncated last
-line is reported in :attr:`TraceSet.problems` and skipped; any other bad line is an error naming
-the file and the line.
+temporary file, then rename). Everything it writes (the manifest, every line, the copied server
+log, what compaction rewrites) goes through a :class:`~sweeper.redact.Redactor` first: secrets
+never reach the disk.
+
+The reader accepts what such a kill leaves behind: a truncated last line is reported in
+:attr:`TraceSet.problems` and skipped; any other bad line is an error naming the file and the
+line. Lines that parse but cannot be true (a request id twice in one level, negative or
+decreasing chunk times) are reported in :attr:`TraceSet.problems` and left out.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import IO, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from sweeper.errors import SchemaVersionError, TraceError, TraceFormatError
+from sweeper.redact import PATTERNS, Redactor
 from sweeper.schema import (
     MANIFEST_FILE,
     METRICS_FILE,
@@ -65,23 +71,36 @@ def atomic_write(path: Path) -> Iterator[IO[bytes]]:
         raise
 
 
-def write_manifest(folder: Path, manifest: RunManifest) -> None:
-    """Replace ``manifest.json`` atomically: a reader sees the old or the new one, never half."""
+def write_manifest(folder: Path, manifest: RunManifest, *, redactor: Redactor = PATTERNS) -> None:
+    """Replace ``manifest.json`` atomically: a reader sees the old or the new one, never half.
+    Every secret ``redactor`` knows or recognizes is masked first."""
     folder.mkdir(parents=True, exist_ok=True)
-    data = manifest.model_dump_json(indent=2, exclude_none=False)
+    data = redactor.json(manifest.model_dump_json(indent=2, exclude_none=False))
     with atomic_write(folder / MANIFEST_FILE) as fh:
         fh.write((data + "\n").encode("utf-8"))
+
+
+def _line(model: BaseModel, redactor: Redactor) -> str:
+    """One JSON line of a trace file, its secrets masked."""
+    return redactor.json(model.model_dump_json(exclude_none=True)) + "\n"
 
 
 class TraceSetWriter:
     """Appends to one trace set. One per run (and per worker process, each with its own files).
 
     Lines are flushed to the OS after every write (``fsync=True`` also forces them to disk), so
-    Ctrl-C or ``kill -9`` leaves every finished request readable.
+    Ctrl-C or ``kill -9`` leaves every finished request readable. ``redactor`` holds the secrets
+    the caller knows (:meth:`Redactor.for_run`: the API key, the URLs' passwords); without one,
+    what can be recognized is masked all the same.
     """
 
     def __init__(
-        self, folder: Path | str, *, fsync: bool = False, requests_name: str = REQUESTS_FILE
+        self,
+        folder: Path | str,
+        *,
+        fsync: bool = False,
+        requests_name: str = REQUESTS_FILE,
+        redactor: Redactor = PATTERNS,
     ):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -89,16 +108,17 @@ class TraceSetWriter:
         self._requests: IO[str] | None = None
         self._metrics: IO[str] | None = None
         self._requests_name = requests_name
+        self.redactor = redactor
 
     @property
     def requests_path(self) -> Path:
         return self.folder / self._requests_name
 
     def write_manifest(self, manifest: RunManifest) -> None:
-        write_manifest(self.folder, manifest)
+        write_manifest(self.folder, manifest, redactor=self.redactor)
 
     def _append(self, fh: IO[str], model: BaseModel) -> None:
-        fh.write(model.model_dump_json(exclude_none=True) + "\n")
+        fh.write(_line(model, self.redactor))
         fh.flush()
         if self._fsync:
             os.fsync(fh.fileno())
@@ -114,9 +134,10 @@ class TraceSetWriter:
         self._append(self._metrics, sample)
 
     def copy_server_log(self, path: Path | str) -> Path:
+        """Copy the server's log into the trace set (replacing an earlier copy), its secrets
+        masked; the log given may be the trace set's own copy."""
         dest = self.folder / SERVER_LOG_FILE
-        if Path(path).resolve() != dest.resolve():
-            shutil.copyfile(path, dest)
+        copy_redacted(Path(path), dest, self.redactor)
         return dest
 
     def close(self) -> None:
@@ -130,6 +151,34 @@ class TraceSetWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The server log is copied this many bytes at a time (cut at a line end).
+_COPY_BLOCK_BYTES = 1 << 20
+
+
+def copy_redacted(source: Path, dest: Path, redactor: Redactor = PATTERNS) -> None:
+    """Copy a text file (a server log) to ``dest`` atomically, every secret masked line by line;
+    bytes that are not UTF-8 pass unchanged."""
+    with source.open("rb") as src, atomic_write(dest) as out:
+        rest = b""
+        while True:
+            block = src.read(_COPY_BLOCK_BYTES)
+            if not block:
+                break
+            head, newline, rest_new = (rest + block).rpartition(b"\n")
+            if not newline:  # no line end yet: keep reading
+                rest = head + rest_new
+                continue
+            out.write(_redact_bytes(head + newline, redactor))
+            rest = rest_new
+        if rest:
+            out.write(_redact_bytes(rest, redactor))
+
+
+def _redact_bytes(data: bytes, redactor: Redactor) -> bytes:
+    text = data.decode("utf-8", errors="surrogateescape")
+    return redactor.text(text).encode("utf-8", errors="surrogateescape")
 
 
 def _open_append(path: Path) -> IO[str]:
@@ -153,9 +202,11 @@ def write_trace_set(
     *,
     server_log: Path | str | None = None,
     compress: bool = False,
+    redactor: Redactor = PATTERNS,
 ) -> Path:
     """Write a whole trace set at once (importers, tests). Written into a temporary folder beside
-    the destination and renamed into place, so a failure half-way leaves nothing behind."""
+    the destination and renamed into place, so a failure half-way leaves nothing behind; every
+    file's secrets masked by ``redactor``."""
     folder = Path(folder)
     if folder.exists():
         raise TraceError(
@@ -167,19 +218,19 @@ def write_trace_set(
         if compress:
             with gzip.open(tmp / REQUESTS_FILE_GZ, "wt", encoding="utf-8") as fh:
                 for trace in requests:
-                    fh.write(trace.model_dump_json(exclude_none=True) + "\n")
+                    fh.write(_line(trace, redactor))
         else:
             with (tmp / REQUESTS_FILE).open("w", encoding="utf-8") as fh:
                 for trace in requests:
-                    fh.write(trace.model_dump_json(exclude_none=True) + "\n")
+                    fh.write(_line(trace, redactor))
         samples = list(metrics)
         if samples:
             with (tmp / METRICS_FILE).open("w", encoding="utf-8") as fh:
                 for sample in samples:
-                    fh.write(sample.model_dump_json(exclude_none=True) + "\n")
+                    fh.write(_line(sample, redactor))
         if server_log is not None:
-            shutil.copyfile(server_log, tmp / SERVER_LOG_FILE)
-        write_manifest(tmp, manifest)
+            copy_redacted(Path(server_log), tmp / SERVER_LOG_FILE, redactor)
+        write_manifest(tmp, manifest, redactor=redactor)
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -219,17 +270,27 @@ def read_manifest(folder: Path | str) -> RunManifest:
             "or bring one in with `sweeper import`)",
             folder,
         )
+    text = _manifest_text(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        # Masked on reading too: a trace set written by an older sweeper keeps no secret on a page.
+        raw = json.loads(PATTERNS.json(text))
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"not valid JSON ({exc.msg})", path, exc.lineno) from exc
     if not isinstance(raw, dict):
         raise TraceFormatError("expected a JSON object", path)
     version = raw.get("schema_version")
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
-        supported = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
+    supported = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
+    # bool is an int in Python: true must not pass for version 1 (nor a string "1").
+    if isinstance(version, bool) or not isinstance(version, int | float):
         raise SchemaVersionError(
-            f"trace schema version {version!r} is not supported; this sweeper reads version "
+            f"trace schema version {json.dumps(version)} is {_json_type(version)}, not a number; "
+            f"this sweeper reads version {supported}, written as a JSON number "
+            f'("schema_version": {SUPPORTED_SCHEMA_VERSIONS[-1]})',
+            path,
+        )
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise SchemaVersionError(
+            f"trace schema version {version} is not supported; this sweeper reads version "
             f"{supported} (upgrade sweeper to read newer trace sets)",
             path,
         )
@@ -239,19 +300,49 @@ def read_manifest(folder: Path | str) -> RunManifest:
         raise TraceFormatError(_describe(exc), path) from exc
 
 
+def _json_type(value: object) -> str:
+    """What a JSON value is, in words ("a string", "true/false")."""
+    if value is None:
+        return "missing (or null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _manifest_text(path: Path) -> str:
+    """The manifest as text; one that is not UTF-8 (UTF-16 from an editor, a binary file) is
+    refused naming the encoding expected."""
+    data = path.read_bytes()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+        b"\x00" in data[:4096] and data[1:2] == b"\x00"
+    ):
+        found = "UTF-16 text"
+    elif b"\x00" in data:
+        found = "binary data"
+    else:
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            found = f"not UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
+    raise TraceFormatError(
+        f"holds {found}; a manifest must be UTF-8 JSON (re-save it as UTF-8)", path
+    )
+
+
 def iter_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[M]:
     """Yield one model per line. A bad last line without a newline (a killed writer) is
     reported in ``problems`` and skipped; any other bad line raises, naming file and line."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as fh:
-            data = fh.read()
-    except (OSError, EOFError) as exc:
-        if path.suffix != ".gz":
-            raise TraceError(f"cannot read ({exc})", path) from exc
-        # A gzip stream cut short: keep what decompresses.
-        data = _read_truncated_gzip(path)
-        problems.append(f"{path.name}: compressed stream is truncated; read what was complete")
+    for _, record in _numbered_jsonl(path, model, problems):
+        yield record
+
+
+def _numbered_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[tuple[int, M]]:
+    """:func:`iter_jsonl` with each record's line number."""
+    data = _read_bytes(path, problems)
     lines = data.split(b"\n")
     ends_with_newline = data.endswith(b"\n")
     if ends_with_newline:
@@ -261,7 +352,7 @@ def iter_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[M]:
         if not raw.strip():
             continue
         try:
-            yield model.model_validate_json(raw)
+            yield number, model.model_validate_json(raw)
         except ValidationError as exc:
             if number == last and not ends_with_newline and _is_truncated_json(raw):
                 problems.append(
@@ -270,6 +361,45 @@ def iter_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[M]:
                 )
                 return
             raise TraceFormatError(_describe(exc), path, number) from exc
+
+
+def _read_bytes(path: Path, problems: list[str]) -> bytes:
+    """A trace file's bytes, a ``.gz`` one decompressed. A gzip stream cut short (a killed
+    compaction, a partial copy) gives what decompresses, noted in ``problems``; a file that is
+    not gzip, or whose compressed data is damaged, is an error naming it."""
+    if path.suffix != ".gz":
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise TraceError(f"cannot read ({exc})", path) from exc
+    try:
+        with gzip.open(path, "rb") as fh:
+            return fh.read()
+    except EOFError:
+        # A gzip stream cut short: keep what decompresses.
+        problems.append(f"{path.name}: compressed stream is truncated; read what was complete")
+        return _read_truncated_gzip(path)
+    except gzip.BadGzipFile as exc:
+        if not path.read_bytes().startswith(b"\x1f\x8b"):
+            raise TraceError(
+                "is not a gzip file (it does not start with gzip's signature); a .gz trace "
+                "file is written by `sweeper compact`: restore it, or rename it if it is plain "
+                "JSON lines",
+                path,
+            ) from exc
+        raise _corrupt_gzip(path, exc) from exc
+    except zlib.error as exc:
+        raise _corrupt_gzip(path, exc) from exc
+    except OSError as exc:
+        raise TraceError(f"cannot read ({exc})", path) from exc
+
+
+def _corrupt_gzip(path: Path, exc: Exception) -> TraceError:
+    return TraceError(
+        f"is a corrupt gzip file ({exc}): its compressed data is damaged, not cut short; "
+        f"restore it from a copy (`zcat {path.name}` shows what still decompresses)",
+        path,
+    )
 
 
 def _read_truncated_gzip(path: Path) -> bytes:
@@ -312,15 +442,19 @@ def requests_files(folder: Path) -> list[Path]:
 
 
 def load_trace_set(folder: Path | str) -> TraceSet:
-    """Read a whole trace set. Raises :class:`TraceError` naming the file and line on bad data."""
+    """Read a whole trace set. Raises :class:`TraceError` naming the file and line on bad data;
+    lines that parse but cannot be true are left out and named in :attr:`TraceSet.problems`."""
     folder = Path(folder)
     if not folder.is_dir():
         raise TraceError("no such trace-set folder", folder)
     manifest = read_manifest(folder)
     problems: list[str] = []
-    requests: list[RequestTrace] = []
+    lines: list[_Numbered] = []
     for path in requests_files(folder):
-        requests.extend(iter_jsonl(path, RequestTrace, problems))
+        lines.extend(
+            _Numbered(path.name, number, trace)
+            for number, trace in _numbered_jsonl(path, RequestTrace, problems)
+        )
     metrics: list[MetricSample] = []
     for path in metrics_files(folder):
         metrics.extend(iter_jsonl(path, MetricSample, problems))
@@ -329,7 +463,13 @@ def load_trace_set(folder: Path | str) -> TraceSet:
     server_log = (
         log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else None
     )
-    requests = _unique(requests, lambda r: (r.request_id, r.send_ns, r.status), "request", problems)
+    lines = _unique(
+        lines,
+        lambda n: (n.record.request_id, n.record.send_ns, n.record.status),
+        "request",
+        problems,
+    )
+    requests = _sound_requests(lines, problems)
     metrics = _unique(metrics, lambda m: (m.url, m.t_ns), "metrics sample", problems)
     requests.sort(key=lambda r: (r.send_ns, r.request_id))
     return TraceSet(
@@ -342,9 +482,87 @@ def load_trace_set(folder: Path | str) -> TraceSet:
     )
 
 
+@dataclass(frozen=True)
+class _Numbered:
+    """A request as read: its file, its line, the record."""
+
+    file: str
+    line: int
+    record: RequestTrace
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+# Lines named one by one in TraceSet.problems, per kind of problem; the rest are counted.
+MAX_NAMED_PROBLEMS = 20
+
+
+def _sound_requests(lines: list[_Numbered], problems: list[str]) -> list[RequestTrace]:
+    """The requests that can be true: a line with impossible times is left out; of a request
+    id seen twice in one level, the first copy is kept (a cancelled request is one a resumed
+    run sends again under its id: not a copy). Each line left out is named."""
+    kept: list[RequestTrace] = []
+    bad_times: list[str] = []
+    repeats: list[str] = []
+    first: dict[tuple[int, str], _Numbered] = {}
+    for line in lines:
+        trace = line.record
+        wrong = bad_times_of(trace)
+        if wrong is not None:
+            bad_times.append(
+                f"{line.where}: request {trace.request_id!r} (C={trace.concurrency}): {wrong}; "
+                "left out"
+            )
+            continue
+        if trace.status != "cancelled":
+            key = (trace.concurrency, trace.request_id)
+            seen = first.get(key)
+            if seen is not None:
+                repeats.append(
+                    f"{line.where}: request id {trace.request_id!r} appears again at "
+                    f"C={trace.concurrency} (first at {seen.where}); this copy left out"
+                )
+                continue
+            first[key] = line
+        kept.append(trace)
+    for named in (bad_times, repeats):
+        problems.extend(named[:MAX_NAMED_PROBLEMS])
+        if len(named) > MAX_NAMED_PROBLEMS:
+            problems.append(f"... and {len(named) - MAX_NAMED_PROBLEMS} more lines like these")
+    return kept
+
+
+def bad_times_of(trace: RequestTrace) -> str | None:
+    """What is impossible about a request's times (a chunk before its send, chunks out of
+    order, an end before the send, a first token after the end), or None. Times after the send
+    are ``>= 0`` and a request's chunks arrive in order (equal times: one read)."""
+    chunks = trace.chunk_ns
+    if chunks:
+        if chunks[0] < 0:
+            return f"chunk 0 arrives {chunks[0]} ns, before its request was sent"
+        if chunks != sorted(chunks):
+            i = next(i for i in range(1, len(chunks)) if chunks[i] < chunks[i - 1])
+            return (
+                f"chunk times go back: chunk {i} at {chunks[i]} ns after chunk {i - 1} at "
+                f"{chunks[i - 1]} ns"
+            )
+    for name in ("end_ns", "ttft_ns", "e2el_ns"):
+        value = getattr(trace, name)
+        if value is not None and value < 0:
+            return f"{name} is {value}, before its request was sent"
+    if trace.ttft_ns is not None and trace.e2el_ns is not None and trace.ttft_ns > trace.e2el_ns:
+        return f"ttft_ns {trace.ttft_ns} is after e2el_ns {trace.e2el_ns} (the end)"
+    return None
+
+
+T = TypeVar("T")
+
+
 def _unique(
-    records: list[M], key: Callable[[M], Hashable], what: str, problems: list[str]
-) -> list[M]:
+    records: list[T], key: Callable[[T], Hashable], what: str, problems: list[str]
+) -> list[T]:
     """The records without repeats of one (a ``sweeper compact`` stopped between writing its
     file and removing the sources leaves every record twice); repeats are noted."""
     seen: set[Hashable] = set()
@@ -446,7 +664,7 @@ def _compact(folder: Path) -> list[Compacted]:
             gzip.GzipFile(filename=target, fileobj=raw, mode="wb", mtime=0) as out,
         ):
             for part in parts:
-                out.write(_whole_lines(part, notes))
+                out.write(_redact_lines(_whole_lines(part, notes)))
         # Removed right after the rename; a crash in between leaves each record twice, which
         # the reader notices and reads once.
         for path in plain:
@@ -456,8 +674,25 @@ def _compact(folder: Path) -> list[Compacted]:
     notes = [f"sweeper compact: {n}" for w in written for n in w.notes]
     if notes:  # what the reader would have reported, kept for the report's warnings
         manifest.warnings.extend(notes)
+    # read_manifest masked any secret an older sweeper left in it: keep the masked one.
+    text = (folder / MANIFEST_FILE).read_text(encoding="utf-8", errors="replace")
+    if notes or PATTERNS.json(text) != text:
         write_manifest(folder, manifest)
+    _scrub_server_log(folder)
     return written
+
+
+def _scrub_server_log(folder: Path) -> None:
+    """The copied server log with every secret sweeper recognizes masked, rewritten only where
+    one was found (a trace set from an older sweeper)."""
+    path = folder / SERVER_LOG_FILE
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    masked = _redact_bytes(data, PATTERNS)
+    if masked != data:
+        with atomic_write(path) as fh:
+            fh.write(masked)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -467,6 +702,14 @@ def _fsync_dir(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _redact_lines(data: bytes) -> bytes:
+    """JSON lines with every secret sweeper recognizes masked (a trace set from an older sweeper
+    is cleaned when compacted); lines without one pass unchanged."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    lines = [PATTERNS.json(line) for line in text.split("\n")]
+    return "\n".join(lines).encode("utf-8", errors="surrogateescape")
 
 
 def _whole_lines(path: Path, notes: list[str]) -> bytes:
@@ -494,17 +737,55 @@ def _whole_lines(path: Path, notes: list[str]) -> bytes:
     return data
 
 
-def discover_trace_sets(root: Path | str = DEFAULT_TRACES_DIR) -> list[Path]:
+def discover_trace_sets(
+    root: Path | str = DEFAULT_TRACES_DIR, problems: list[str] | None = None
+) -> list[Path]:
     """Every folder under ``root`` (one level) that holds a manifest, sorted by name.
-    Folders starting with a dot (temporary) are skipped."""
+    Folders starting with a dot (temporary) are skipped, and so is a folder whose manifest
+    names a run id an earlier folder's already has (a copy): one run, one page. Each one left
+    out is reported in ``problems`` (when given) naming both folders."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(
+    folders = sorted(
         p
         for p in root.iterdir()
         if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).exists()
     )
+    refused = duplicate_run_ids(folders)
+    if problems is not None:
+        problems.extend(refused.values())
+    return [p for p in folders if p not in refused]
+
+
+def duplicate_run_ids(folders: Iterable[Path]) -> dict[Path, str]:
+    """The folders (of those given, in order) whose manifest names a run id an earlier one
+    already has, each with the message that refuses it. A manifest that cannot be read is
+    not judged here (reading it says what is wrong)."""
+    owner: dict[str, Path] = {}
+    refused: dict[Path, str] = {}
+    for folder in folders:
+        run_id = _run_id_of(folder)
+        if run_id is None:
+            continue
+        if run_id in owner:
+            refused[folder] = (
+                f"{folder}: run id {run_id!r} is already the run id of {owner[run_id]}; left "
+                f"out (two trace sets of one run id would share one page: give one of them "
+                "another run_id in its manifest.json, or remove the copy)"
+            )
+        else:
+            owner[run_id] = folder
+    return refused
+
+
+def _run_id_of(folder: Path) -> str | None:
+    try:
+        raw = json.loads((folder / MANIFEST_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    run_id = raw.get("run_id") if isinstance(raw, dict) else None
+    return run_id if isinstance(run_id, str) else None
 
 
 def resolve_run(run: str | Path, root: Path | str = DEFAULT_TRACES_DIR) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sweeper.errors import ImportFormatError
+from sweeper.redact import redact_argv
 from sweeper.schema import (
     ClockOrigin,
     Hardware,
@@ -234,7 +235,8 @@ def build_manifest(kind: str, imported: Imported, options: ImportOptions) -> Run
             tool=imported.tool,
             version=imported.version,
             fidelity=imported.fidelity,
-            command=imported.command,
+            # Every tool's command line, as a safe one: no key, header or URL password in it.
+            command=redact_argv(imported.command) if imported.command else None,
             files=imported.files,
             send_times=imported.send_times,
             summaries=imported.summaries,

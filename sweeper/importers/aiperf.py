@@ -54,6 +54,7 @@ from sweeper.importers._common import (
     read_json,
     spread_tokens,
 )
+from sweeper.redact import redact_argv
 from sweeper.schema import (
     MetricSample,
     RequestError,
@@ -324,9 +325,10 @@ def _read_summary(path: Path, level: LevelFiles) -> dict[str, Any]:
     command = config.get("cli_command")
     if isinstance(command, str):
         try:
-            level.command = shlex.split(command)
+            argv = shlex.split(command)
         except ValueError:
-            level.command = command.split()
+            argv = command.split()
+        level.command = redact_argv(argv)  # --api-key X, -H 'Authorization: ...', URL passwords
     inputs = config.get("input") or {}
     osl = ((inputs.get("prompt") or {}).get("output_tokens") or {}).get("mean")
     level.output_len = osl if isinstance(osl, int) else None

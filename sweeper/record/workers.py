@@ -41,6 +41,7 @@ from sweeper.record.config import CONNECT_TIMEOUT_S
 from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor
 from sweeper.record.stamps import StampStats
+from sweeper.redact import Redactor
 from sweeper.schema import RequestTrace
 from sweeper.store import TraceSetWriter
 
@@ -242,7 +243,11 @@ async def _worker_loop(
         results.put(("warning", message))
 
     shaper = RequestShaper(on_warning=warn)
-    writer = TraceSetWriter(Path(settings.folder), requests_name=worker_requests_name(index))
+    writer = TraceSetWriter(
+        Path(settings.folder),
+        requests_name=worker_requests_name(index),
+        redactor=Redactor.for_run(headers=settings.headers),
+    )
     streamer: StreamClient
     if settings.http_client == "raw":
         streamer = RawClient(headers=settings.headers, connect_timeout_s=CONNECT_TIMEOUT_S)
