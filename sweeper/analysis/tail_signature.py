@@ -120,3 +120,128 @@ def stall_signature(
         prefill_overlap_share=overlap_share(stall_idx),
         prefill_overlap_share_normal=overlap_share(normal_idx),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribution: what each long gap can be blamed on
+
+PREFILL = "prefill"
+PREEMPTION = "preemption"
+UNEXPLAINED = "unexplained"
+ATTRIBUTED_CAUSES = (PREFILL, PREEMPTION, UNEXPLAINED)
+_CHUNK = 4096  # long gaps examined at once (bounds the gap x request matrices)
+
+
+@dataclass(frozen=True)
+class GapAttribution:
+    """The long gaps of one level, each blamed on one cause, counted and weighed by the time it
+    adds beyond the level's p50 ITL."""
+
+    concurrency: int
+    long_gaps: int
+    gaps: dict[str, int]  # cause -> long gaps
+    excess_ms: dict[str, float]  # cause -> time those gaps add beyond the p50 ITL
+    preemptions: int  # the level's own server counted them
+
+    @property
+    def total_excess_ms(self) -> float:
+        return float(sum(self.excess_ms.values()))
+
+
+def _synchronized(
+    start: np.ndarray,
+    end: np.ndarray,
+    owner: np.ndarray,
+    rid: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    window_s: float,
+    th: Thresholds,
+) -> np.ndarray:
+    """Per long gap: whether most of the other streams decoding through it stalled in the same
+    step (a long gap of theirs ends within ``window_s``); True where no other stream decoded
+    (it cannot be told, so the prefill overlap alone decides)."""
+    index = {r: i for i, r in enumerate(rid)}
+    own_idx = np.array([index.get(o, -1) for o in owner])
+    ends_by_request = [np.sort(end[own_idx == i]) for i in range(rid.size)]
+    out = np.ones(end.size, dtype=bool)
+    for lo in range(0, end.size, _CHUNK):
+        s, e = start[lo : lo + _CHUNK], end[lo : lo + _CHUNK]
+        mine = own_idx[lo : lo + _CHUNK]
+        decoding = (first[None, :] <= s[:, None]) & (last[None, :] >= e[:, None])
+        decoding[np.arange(e.size), mine] = False  # (-1 marks a gap of a failed request: no-op)
+        stalled = np.zeros_like(decoding)
+        for i, ends in enumerate(ends_by_request):
+            if ends.size:
+                near = np.searchsorted(ends, e + window_s) - np.searchsorted(ends, e - window_s)
+                stalled[:, i] = near > 0
+        others = decoding.sum(axis=1)
+        shared = (stalled & decoding).sum(axis=1)
+        out[lo : lo + _CHUNK] = (others == 0) | (shared >= th.sync_others_fraction * others)
+    return out
+
+
+def gap_attribution(
+    concurrency: int,
+    requests: pd.DataFrame,
+    gaps: pd.DataFrame,
+    preemptions: float,
+    th: Thresholds = DEFAULT_THRESHOLDS,
+) -> GapAttribution | None:
+    """Blame each long gap of one level (the stall definition of :func:`stall_signature`) on
+    what the evidence shows, in this order:
+
+    - ``prefill``: inside another request's prefill window (its send .. its first token) and
+      shared by most of the streams decoding then (one batched prefill chunk that every stream
+      waits on: chunked prefill, or prefill interference without it);
+    - ``preemption``: each preemption the level's own server counted explains the longest long
+      gap not yet claimed (the preempted stream waits for KV room, then its context is
+      recomputed), whatever else overlaps it, and the other streams' long gaps during it that
+      no new request's prefill explains (they wait on the recompute); a count of N explains at
+      most N such stalls, never the gaps of other steps;
+    - ``unexplained``: the rest.
+
+    None when the level has no per-chunk gaps."""
+    g = gaps[gaps["concurrency"] == concurrency]
+    r = requests[(requests["concurrency"] == concurrency) & (requests["status"] == "ok")]
+    if g.empty or r.empty:
+        return None
+    itl = g["itl_ms"].to_numpy(dtype=float)
+    p50 = float(np.nanmedian(itl))
+    long_idx = np.nonzero(itl > th.long_gap_factor * p50)[0]
+    gap_ms = itl[long_idx]
+    end = g["at_s"].to_numpy(dtype=float)[long_idx]
+    start = end - gap_ms / MS_PER_S
+    owner = g["request_id"].to_numpy(dtype=object)[long_idx]
+    rid = r["request_id"].to_numpy(dtype=object)
+    send = r["send_s"].to_numpy(dtype=float)
+    first = send + r["ttft_ms"].to_numpy(dtype=float) / MS_PER_S
+    last = send + r["e2el_ms"].to_numpy(dtype=float) / MS_PER_S
+    prefill = np.zeros(long_idx.size, dtype=bool)
+    for lo in range(0, long_idx.size, _CHUNK):
+        k = slice(lo, lo + _CHUNK)
+        hit = (send[None, :] < end[k, None]) & (first[None, :] > start[k, None])
+        prefill[k] = (hit & (rid[None, :] != owner[k, None])).any(axis=1)
+    prefill &= _synchronized(start, end, owner, rid, first, last, p50 / MS_PER_S, th)
+    cause = np.where(prefill, PREFILL, UNEXPLAINED).astype(object)
+    count = int(preemptions) if math.isfinite(preemptions) and preemptions > 0 else 0
+    claimed = np.zeros(long_idx.size, dtype=bool)
+    for _ in range(count):
+        candidates = np.nonzero(~claimed)[0]
+        if candidates.size == 0:
+            break
+        worst = candidates[np.argmax(gap_ms[candidates])]
+        # The preempted stream's own stall, and the others' stalls during it that no new
+        # request's prefill explains (they wait on its recompute).
+        during = ~claimed & (start < end[worst]) & (end > start[worst]) & ~prefill
+        during[worst] = True
+        cause[during] = PREEMPTION
+        claimed |= during
+    excess = gap_ms - p50
+    return GapAttribution(
+        concurrency=concurrency,
+        long_gaps=int(long_idx.size),
+        gaps={c: int((cause == c).sum()) for c in ATTRIBUTED_CAUSES},
+        excess_ms={c: float(excess[cause == c].sum()) for c in ATTRIBUTED_CAUSES},
+        preemptions=count,
+    )

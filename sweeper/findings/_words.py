@@ -94,6 +94,18 @@ class Levels(Value):
         return join_list(lang, [f"C={c}" for c in self.levels])
 
 
+class Share(Value):
+    """A share in whole percent, ``<1%`` for a share above zero that would print as 0%."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+
+    def render(self, lang: str) -> str:
+        if 0 < self.fraction < 0.005:
+            return "<" + Pct(0.01, 0).render(lang)
+        return Pct(self.fraction, 0).render(lang)
+
+
 class Join(Value):
     """Rendered parts joined with the language's list separator."""
 

@@ -13,9 +13,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.analysis.tail_signature import StallSignature, stall_signature
+from sweeper.analysis.tail_signature import (
+    PREEMPTION,
+    PREFILL,
+    UNEXPLAINED,
+    GapAttribution,
+    StallSignature,
+    gap_attribution,
+    stall_signature,
+)
 from sweeper.analysis.thresholds import Thresholds
-from sweeper.findings._words import Levels, Missing, Ms, Msg, Num, Pct, Text, num, times, unknown
+from sweeper.findings._words import (
+    Levels,
+    Missing,
+    Ms,
+    Msg,
+    Num,
+    Pct,
+    Share,
+    Text,
+    num,
+    times,
+    unknown,
+)
 from sweeper.findings.frames import RunFrames, itl_percentiles
 from sweeper.findings.model import Finding
 from sweeper.findings.scaling import tail_levels
@@ -52,6 +72,10 @@ class _TailEvidence:
     overlap: float
     overlap_normal: float
     strong: bool  # most signatures are strong
+    # Each long gap of the tail levels blamed on what the evidence shows (None: no per-chunk
+    # gaps); ``leading`` is the cause holding most of the time they add, when it holds enough.
+    attribution: list[GapAttribution] | None
+    leading: str | None
     numbers: dict[str, Any]  # the finding's numbers; the rule that answers sets "cause"
     uses: list[str]
     missing: list[str]
@@ -94,6 +118,7 @@ def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
     overlap = _weighted(sigs, "prefill_overlap_share")
     overlap_normal = _weighted(sigs, "prefill_overlap_share_normal")
     strong = bool(sigs) and sum(s.strong(th) for s in sigs) * 2 >= len(sigs)
+    attribution = _attribute(data, opened, th)
     numbers: dict[str, Any] = {
         "cause": "unknown",
         "levels": opened,
@@ -110,6 +135,7 @@ def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
         "prefill_overlap_share_normal_gaps": num(overlap_normal),
         "stalls": int(sum(s.stalls for s in sigs)) if sigs else None,
         "client_lag_p99_ms": num(lag, 3),
+        "attribution": _attribution_numbers(attribution),
     }
     return _TailEvidence(
         data=data,
@@ -129,15 +155,157 @@ def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
         overlap=overlap,
         overlap_normal=overlap_normal,
         strong=strong,
+        attribution=attribution,
+        leading=_leading(attribution, th),
         numbers=numbers,
         uses=_cause_data(data, chunked, bool(sigs)),
         missing=_cause_missing(data, preempt, chunked, bool(sigs) or not opened),
     )
 
 
+def _attribute(
+    data: RunFrames, opened: Sequence[int], th: Thresholds
+) -> list[GapAttribution] | None:
+    """The long gaps of each tail level blamed on a cause, with the level's own server's
+    preemption count (levels on separate servers each have theirs)."""
+    if data.requests is None or data.gaps is None or data.gaps.empty:
+        return None
+    found = [
+        a
+        for c in opened
+        if (
+            a := gap_attribution(
+                c, data.requests, data.gaps, data.server_value(c, "preemptions_delta"), th
+            )
+        )
+        is not None
+    ]
+    return found if any(a.long_gaps for a in found) else None
+
+
+def _shares(
+    attribution: Sequence[GapAttribution],
+) -> tuple[int, dict[str, float], dict[str, float]]:
+    """All long gaps; per cause, the share of them and the share of the time they add."""
+    gaps = sum(a.long_gaps for a in attribution)
+    excess = sum(a.total_excess_ms for a in attribution)
+    by_count = {k: sum(a.gaps[k] for a in attribution) / gaps if gaps else 0.0 for k in _CAUSES}
+    by_time = {
+        k: sum(a.excess_ms[k] for a in attribution) / excess if excess > 0 else 0.0 for k in _CAUSES
+    }
+    return gaps, by_count, by_time
+
+
+_CAUSES = (PREFILL, PREEMPTION, UNEXPLAINED)
+
+
+def _leading(attribution: Sequence[GapAttribution] | None, th: Thresholds) -> str | None:
+    if not attribution:
+        return None
+    _, _, by_time = _shares(attribution)
+    best = max((PREFILL, PREEMPTION), key=lambda k: by_time[k])
+    return best if by_time[best] >= th.cause_min_time_share else None
+
+
+def _attribution_numbers(attribution: Sequence[GapAttribution] | None) -> dict[str, Any] | None:
+    """The JSON of the attribution: totals and per level, counts and shares of the added time."""
+    if not attribution:
+        return None
+    gaps, by_count, by_time = _shares(attribution)
+    return {
+        "long_gaps": gaps,
+        "gap_share": {k: num(v) for k, v in by_count.items()},
+        "time_share": {k: num(v) for k, v in by_time.items()},
+        "levels": {
+            str(a.concurrency): {
+                "long_gaps": a.long_gaps,
+                "preemptions": a.preemptions,
+                "gaps": dict(a.gaps),
+                "time_share": {
+                    k: num(v / a.total_excess_ms) if a.total_excess_ms > 0 else None
+                    for k, v in a.excess_ms.items()
+                },
+            }
+            for a in attribution
+        },
+    }
+
+
+_LEAD_WORDS = {
+    PREFILL: N_(
+        "By the trace, other requests' prefills explain {share} of the {n} long gaps at {where} "
+        "({time} of the time they add)."
+    ),
+    PREEMPTION: N_(
+        "By the trace, the preempted streams' stalls, and the other streams' during their "
+        "recompute, explain {share} of the {n} long gaps at {where} ({time} of the time they add)."
+    ),
+}
+
+
+def _attribution_words(ev: _TailEvidence, text: Text, cause: str) -> None:
+    """The shares: the cause named first (when it is one the trace can weigh), then every other
+    contributor with its own, so a cause is never blamed beyond what it explains."""
+    if not ev.attribution:
+        return
+    gaps, by_count, by_time = _shares(ev.attribution)
+    where = Levels([a.concurrency for a in ev.attribution if a.long_gaps])
+    lead = {"chunked_prefill": PREFILL, "preemption": PREEMPTION}.get(cause)
+    if lead is not None and ev.leading == lead:
+        text.add(
+            _LEAD_WORDS[lead],
+            share=Share(by_count[lead]),
+            n=Num(gaps, 0),
+            where=where,
+            time=Share(by_time[lead]),
+        )
+    else:
+        lead = None
+        text.add(
+            N_("By the trace, of the {n} long gaps at {where}:"),
+            n=Num(gaps, 0),
+            where=where,
+        )
+    if lead != PREFILL and by_count[PREFILL] > 0:
+        text.add(
+            N_("other requests' prefills explain {share} ({time} of the time they add)."),
+            share=Share(by_count[PREFILL]),
+            time=Share(by_time[PREFILL]),
+        )
+    preempted = [a.concurrency for a in ev.attribution if a.preemptions > 0]
+    if lead != PREEMPTION and preempted:
+        text.add(
+            N_(
+                "{count} preemptions, counted at {where} by those levels' own servers, explain "
+                "{share} ({time} of the time)."
+            ),
+            count=Num(sum(a.preemptions for a in ev.attribution), 0),
+            where=Levels(preempted),
+            share=Share(by_count[PREEMPTION]),
+            time=Share(by_time[PREEMPTION]),
+        )
+    if by_count[UNEXPLAINED] > 0:
+        text.add(
+            N_("{share} of them ({time} of the time) fit neither."),
+            share=Share(by_count[UNEXPLAINED]),
+            time=Share(by_time[UNEXPLAINED]),
+        )
+    without = [c for c in ev.opened if c not in {a.concurrency for a in ev.attribution}]
+    if without:
+        text.add(
+            N_(
+                "{where}: no per-chunk times (only the tool's own summary), so their tail is "
+                "measured but not attributed."
+            ),
+            where=Levels(without),
+        )
+
+
 def _answer(ev: _TailEvidence, cause: str, severity: str, text: Text) -> Finding:
     """The finding of the rule that explains the tail."""
     ev.numbers["cause"] = cause
+    if cause in ("kv_admission", "max_num_seqs", "unknown"):
+        _attribution_words(ev, text, cause)  # the named causes say theirs after their own words
     if ev.client_levels and cause != "client_overload":
         text.add(
             N_(
@@ -216,13 +384,17 @@ def _no_tail(ev: _TailEvidence) -> Finding | None:
 def _preemption(ev: _TailEvidence) -> Finding | None:
     if not (finite(ev.preempt) and ev.preempt > 0):
         return None
+    if ev.attribution is not None and ev.leading != PREEMPTION:
+        return None  # counted, but the trace shows it explains too little of the tail
+    preempted = [a.concurrency for a in ev.attribution or [] if a.preemptions > 0]
     text = Text().add(
         N_(
             "It is preemption: the server preempted {n} requests during {where} (vllm:num_preemptions_total)."
         ),
         n=Num(ev.preempt, 0),
-        where=Levels(ev.opened),
+        where=Levels(preempted or ev.opened),
     )
+    _attribution_words(ev, text, "preemption")
     if finite(ev.waiting) and finite(ev.kv):
         text.add(
             N_("The waiting queue reached {w} and the KV cache was {kv} full."),
@@ -238,11 +410,15 @@ def _preemption(ev: _TailEvidence) -> Finding | None:
 
 
 def _chunked_prefill(ev: _TailEvidence) -> Finding | None:
-    if not (ev.chunked_on or ev.strong):
+    if ev.attribution is not None:
+        if ev.leading != PREFILL:
+            return None
+    elif not (ev.chunked_on or ev.strong):
         return None
     text = Text()
     _not_preemption_words(ev, text)
     _prefill_words(ev, text)
+    _attribution_words(ev, text, "chunked_prefill")
     if ev.sigs:
         _signature_words(ev, text)
     _p90_words(ev, text)
@@ -250,6 +426,8 @@ def _chunked_prefill(ev: _TailEvidence) -> Finding | None:
 
 
 def _not_preemption_words(ev: _TailEvidence, text: Text) -> None:
+    if finite(ev.preempt) and ev.preempt > 0:
+        return  # there were preemptions: the shares below say how little of the tail they explain
     if finite(ev.preempt) and finite(ev.waiting):
         text.add(
             N_(

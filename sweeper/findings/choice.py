@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sweeper.analysis.tail_signature import PREEMPTION, PREFILL, UNEXPLAINED, gap_attribution
 from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, Thresholds
 from sweeper.findings._words import (
     Join,
@@ -28,6 +29,7 @@ from sweeper.findings._words import (
 )
 from sweeper.findings.frames import RunFrames, single_stream
 from sweeper.findings.model import SLO, Finding, parse_slos, slo_label
+from sweeper.findings.scaling import tail_levels
 from sweeper.i18n import N_
 from sweeper.units import finite
 
@@ -366,7 +368,10 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
     drops, i = _largest_drop(gen, g0)
     c = cs[i]
     prompt = data.value(c, "prompt_tokens_mean")
-    parts = _attribution(data, base_c, c, tail_cause)
+    # Where the tail opened, its long gaps are blamed as the tail-cause finding blames them;
+    # elsewhere the stalls are the ordinary spread of the gaps, named after the tail's cause.
+    shares = _stall_shares(data, c, th) if c in tail_levels(data, th) else None
+    parts = _attribution(data, base_c, c, tail_cause, shares)
     server_used = parts.pop("_server")
     if server_used:
         uses.append("server queue / prefill / decode histograms")
@@ -528,13 +533,43 @@ def _plateau_words(
 
 
 _STALL_KEY = {"chunked_prefill": "prefill_interference", "preemption": "preemption_stalls"}
+_LEAST_PART = 0.005  # a cause holding less of the stall time than this is not listed
+_STALL_PARTS = {
+    PREFILL: "prefill_interference",
+    PREEMPTION: "preemption_stalls",
+    UNEXPLAINED: "decode_stalls",
+}
 
 
-def _attribution(data: RunFrames, c0: int, c1: int, tail_cause: str | None) -> dict[str, Any]:
+def _stall_shares(data: RunFrames, concurrency: int, th: Thresholds) -> dict[str, float] | None:
+    """How the time the long gaps add at one level splits between their causes, by the same
+    attribution as the tail-cause finding; None without per-chunk gaps there."""
+    if data.requests is None or data.gaps is None or data.gaps.empty:
+        return None
+    found = gap_attribution(
+        concurrency,
+        data.requests,
+        data.gaps,
+        data.server_value(concurrency, "preemptions_delta"),
+        th,
+    )
+    if found is None or found.total_excess_ms <= 0:
+        return None
+    return {k: v / found.total_excess_ms for k, v in found.excess_ms.items()}
+
+
+def _attribution(
+    data: RunFrames,
+    c0: int,
+    c1: int,
+    tail_cause: str | None,
+    stall_shares: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """Where the added time per request goes, between levels c0 and c1 (seconds): queueing and
     own prefill (server histograms) or the wait for the first token (client), slower decode
-    steps (the median gap grew) and long stalls (the mean gap grew beyond the median), the
-    stalls named after the tail's cause."""
+    steps (the median gap grew) and long stalls (the mean gap grew beyond the median). The
+    stalls are split by what the long gaps at c1 are blamed on (``stall_shares``, the tail-cause
+    attribution), else named after the tail's cause."""
     v = data.value
     e0, e1 = v(c0, "e2el_mean_ms"), v(c1, "e2el_mean_ms")
     added = (e1 - e0) / 1e3 if finite(e0) and finite(e1) else math.nan
@@ -564,8 +599,13 @@ def _attribution(data: RunFrames, c0: int, c1: int, tail_cause: str | None) -> d
         slower_steps = (itl1 - itl0) * steps / 1e3
         stalls = ((tp1 - itl1) - (tp0 - itl0)) * steps / 1e3
         out["decode_slowdown"] = slower_steps
-        key = _STALL_KEY.get(tail_cause or "", "decode_stalls")
-        out[key] = stalls
+        if stall_shares is not None:
+            for cause, share in stall_shares.items():
+                if share >= _LEAST_PART:
+                    key = _STALL_PARTS[cause]
+                    out[key] = out.get(key, 0.0) + stalls * share
+        else:
+            out[_STALL_KEY.get(tail_cause or "", "decode_stalls")] = stalls
         if own_prefill:
             out["prefill_interference"] = out.get("prefill_interference", 0.0) + own_prefill
     elif all(finite(x) for x in (tp0, tp1, steps)):

@@ -3,7 +3,9 @@
 Each engine step takes ``decode_ms``; a step that also carries a prefill chunk of a newly arrived
 request takes ``decode_ms + chunk_ms`` (chunked prefill: one chunk per step, FIFO), so every
 stream already decoding gets its next token late, all in the same step. ``random_stall_*``
-instead delays single streams at random, independently (no shared cause). The requests are laid
+instead delays single streams at random, independently (no shared cause). ``solo_stalls`` long
+stalls of one stream each (``solo_stall_ms``, half-way through its request, while the others
+go on) are what a preempted request shows: it waits for KV room and is recomputed. The requests are laid
 out as a closed-loop sweep (C streams, each sending the next request when its last one ends) and
 written with the real writer.
 """
@@ -43,6 +45,8 @@ def simulate_level(
     chunk_ms: float = 80.0,
     random_stall_prob: float = 0.0,
     random_stall_ms: float = 0.0,
+    solo_stalls: int = 0,
+    solo_stall_ms: float = 0.0,
     seed: int = 0,
 ) -> tuple[list[RequestTrace], float]:
     """One level; returns its traces and the time its last request ended (ms)."""
@@ -85,6 +89,9 @@ def simulate_level(
             done.append(r)
             if sent < requests:
                 send(r.times_ms[-1])
+    for r in done[len(done) // 2 : len(done) // 2 + solo_stalls]:
+        half = len(r.times_ms) // 2
+        r.times_ms[half:] = [x + solo_stall_ms for x in r.times_ms[half:]]
     traces = []
     for r in done:
         send_ns = round(r.send_ms * NS_PER_MS)

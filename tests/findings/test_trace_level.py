@@ -73,16 +73,60 @@ def test_independent_random_stalls_are_not_called_chunked_prefill(tmp_path: Path
     assert cause.severity == "unknown"
 
 
-def test_preemption_counter_wins_over_the_signature(tmp_path: Path) -> None:
+def test_a_preemption_count_is_weighed_against_the_stalls_it_can_explain(tmp_path: Path) -> None:
+    # Every stall is a batched prefill chunk; the server also counted preemptions. Each can
+    # explain one stream's stall and the others' during it, never the rest: chunked prefill is
+    # the cause, and the preemptions are stated with the small share they explain.
     probe = write_simulated_run(tmp_path, "probe", LEVELS)
     end_s = max(r.send_ns for r in load_trace_set(probe).requests) / 1e9 + 2
     config = ServerConfig(enable_chunked_prefill=Fact(value=True, source="log"))
     folder = write_simulated_run(
-        tmp_path, "preempt", LEVELS, config=config, metrics=_metrics(end_s / 2, end_s)
+        tmp_path, "preempt", LEVELS, config=config, metrics=_metrics(end_s - 1.5, end_s)
     )
     cause = finding(analyze_run(load_trace_set(folder)), "tail_cause")
-    assert cause.numbers["cause"] == "preemption"
-    assert cause.numbers["preemptions_delta"] > 0
+    assert cause.numbers["cause"] == "chunked_prefill"
+    attribution = cause.numbers["attribution"]
+    preempted = sum(lv["preemptions"] for lv in attribution["levels"].values())
+    assert preempted > 0
+    assert attribution["time_share"]["prefill"] > 0.5
+    assert attribution["time_share"]["preemption"] < attribution["time_share"]["prefill"]
+    assert f"{preempted} preemptions, counted at" in cause.text["en"]
+    assert "This is not preemption" not in cause.text["en"]
+
+
+def test_preemption_is_named_when_its_stalls_hold_the_added_time(tmp_path: Path) -> None:
+    # Two streams at C=8 each stall 12 s alone (preempted, then recomputed) while prefill chunks
+    # add 40 ms stalls: the two preemptions the server counted explain most of the added time.
+    probe = write_simulated_run(tmp_path, "probe", [8], solo_stalls=2, solo_stall_ms=12_000)
+    end_s = max(r.send_ns for r in load_trace_set(probe).requests) / 1e9 + 4
+    folder = write_simulated_run(
+        tmp_path,
+        "preempted",
+        [8],
+        metrics=_preemptions(2, end_s),
+        solo_stalls=2,
+        solo_stall_ms=12_000,
+        chunk_ms=40,
+    )
+    cause = finding(analyze_run(load_trace_set(folder)), "tail_cause")
+    assert cause.numbers["cause"] == "preemption", cause.text["en"]
+    level = cause.numbers["attribution"]["levels"]["8"]
+    assert level["preemptions"] == 2
+    assert level["time_share"]["preemption"] > 0.5
+    assert "the preempted streams' stalls" in cause.text["en"]
+    assert "被抢占请求自身的停顿" in cause.text["zh"]
+
+
+def _preemptions(count: int, end_s: float) -> list[MetricSample]:
+    """A counter at 0 from the start and at ``count`` after the level."""
+    return [
+        MetricSample(
+            t_ns=round(t * 1e9),
+            url="http://127.0.0.1:8000/metrics",
+            series=[Series(name="vllm:num_preemptions_total", labels={"engine": "0"}, value=v)],
+        )
+        for t, v in ((0.0, 0.0), (end_s, float(count)))
+    ]
 
 
 def test_chunked_prefill_with_metrics_and_config(tmp_path: Path) -> None:

@@ -1,0 +1,99 @@
+"""The findings on real GPU sweeps recorded by others (../shared/data: the AIPerf 0.8 peer sweep
+and the corpus), checked against the servers' own numbers: a cause is named only for the share of
+the tail it explains, and each level's preemptions are its own server's."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweeper.findings import Finding, analyze_run, finding
+from sweeper.store import load_trace_set
+from tests._peers import AIPERF_08, KIMI, QWEN35, corpus, peer, run_cli
+
+SWEEPS = {
+    "minimax": lambda: peer(AIPERF_08),
+    "kimi": lambda: corpus(KIMI),
+    "qwen35": lambda: corpus(QWEN35),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SWEEPS))
+def sweep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = SWEEPS[request.param]()
+    out = tmp_path_factory.mktemp(request.param)
+    run_cli("import", "aiperf", str(folder), "--out", str(out), "--run-id", request.param)
+    found = analyze_run(load_trace_set(out / request.param))
+    return folder, {f.id: f for f in found}
+
+
+def _server_preemptions(level_folder: Path) -> float | None:
+    """vllm:num_preemptions over the level, as AIPerf summarised that level's own server."""
+    path = level_folder / "server_metrics_export.csv"
+    if not path.is_file():
+        return None
+    header: list[str] = []
+    for row in csv.reader(path.read_text().splitlines()):
+        if row and row[0] == "Endpoint":
+            header = row  # each section (gauges, counters, histograms) has its own columns
+        elif len(row) > 4 and row[1] == "counter" and row[2] == "vllm:num_preemptions":
+            return float(dict(zip(header, row, strict=False))["total"])
+    return None
+
+
+def _level_folder(folder: Path, concurrency: int) -> Path:
+    return folder / f"conc{concurrency}"
+
+
+def test_each_levels_preemptions_are_its_own_servers(sweep: Any) -> None:
+    folder, found = sweep
+    attribution = found["tail_cause"].numbers["attribution"]
+    assert attribution is not None and attribution["long_gaps"] > 0
+    for level, numbers in attribution["levels"].items():
+        counted = _server_preemptions(_level_folder(folder, int(level)))
+        assert numbers["preemptions"] == (int(counted) if counted is not None else 0), level
+        # a preemption explains its own stall and the recompute's, never more than its count of
+        # stalls of the preempted streams
+        assert numbers["gaps"]["preemption"] <= max(1, numbers["preemptions"]) * int(level)
+
+
+def test_the_named_cause_explains_most_of_the_tail(sweep: Any) -> None:
+    _, found = sweep
+    cause: Finding = found["tail_cause"]
+    shares = cause.numbers["attribution"]["time_share"]
+    named = {"chunked_prefill": "prefill", "preemption": "preemption"}[cause.numbers["cause"]]
+    assert shares[named] >= 0.5, cause.text["en"]
+    if cause.numbers["cause"] != "preemption":
+        assert "It is preemption" not in cause.text["en"]
+    if cause.numbers["preemptions_delta"]:
+        # counted preemptions are stated with the share they explain, not left out
+        assert "preemptions, counted at" in cause.text["en"]
+        assert "次抢占" in cause.text["zh"]
+
+
+def test_tail_levels_without_per_chunk_times_are_said_to_be_unattributed(sweep: Any) -> None:
+    folder, found = sweep
+    cause = found["tail_cause"]
+    attributed = {int(c) for c in cause.numbers["attribution"]["levels"]}
+    summary_only = [
+        c
+        for c in cause.levels
+        if c not in attributed and not (_level_folder(folder, c) / "profile_export.jsonl").is_file()
+    ]
+    if summary_only:
+        assert "measured but not attributed" in cause.text["en"]
+
+
+def test_long_input_splits_the_stalls_by_the_same_attribution(sweep: Any) -> None:
+    _, found = sweep
+    parts = finding(list(found.values()), "long_input").numbers["attribution"]
+    stalls = {
+        k: v for k, v in parts.items() if k.endswith("_stalls") or k == "prefill_interference"
+    }
+    assert stalls, parts
+    tail = found["tail_cause"].numbers["attribution"]["time_share"]
+    if tail["prefill"] > tail["preemption"]:
+        assert parts.get("prefill_interference", 0) >= parts.get("preemption_stalls", 0)
