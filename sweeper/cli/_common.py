@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +27,27 @@ def friendly_errors(func: F) -> F:
             raise click.ClickException(str(exc)) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_writable_folder(path: Path, option: str = "--out") -> None:
+    """A one-line error (click's, exit 1) when ``path`` cannot be a folder this process writes
+    into: a file stands at it or above it, or the nearest folder that exists refuses a new file
+    (permissions, a read-only or virtual file system). Nothing is left behind."""
+    probe = Path(path)
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is a file" if probe == Path(path) else f"is under {probe}, a file"
+        raise click.ClickException(f"{option} {path} {where}, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe, prefix=".sweeper-write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        shown = "" if probe == Path(path) else f" (in {probe})"
+        raise click.ClickException(
+            f"{option} {path}: cannot write there{shown}: {reason}"
+        ) from None
 
 
 def parse_labels(values: tuple[str, ...]) -> dict[str, str]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from sweeper.cli._common import friendly_errors, parse_labels
+from sweeper.cli._common import check_writable_folder, friendly_errors, parse_labels
 from sweeper.errors import ConfigError
 from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep, redact_argv
 from sweeper.record.config import (
@@ -20,6 +21,7 @@ from sweeper.record.config import (
 from sweeper.record.progress import default_progress
 from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
 from sweeper.record.workload import DEFAULT_LEVELS
+from sweeper.schema import MANIFEST_FILE
 from sweeper.store import DEFAULT_TRACES_DIR
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -292,13 +294,25 @@ def record_command(**options: Any) -> None:
         config.check()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+    check_writable_folder(config.out)
     try:
         folder = record_sweep(config, progress=default_progress(quiet=quiet))
     except KeyboardInterrupt:
-        click.echo(
-            "interrupted: what was recorded is kept and the run is marked incomplete; finish it "
-            f"with: sweeper record --resume --run-id {config.run_id} --out {config.out}",
-            err=True,
-        )
+        click.echo(interrupted_message(config), err=True)
         sys.exit(EXIT_INTERRUPTED)
     click.echo(f"recorded {folder}")
+
+
+def interrupted_message(config: RecordConfig) -> str:
+    """What Ctrl-C leaves: the command that finishes the run, or, when it came before the run
+    had a trace set (during the server probe), that there is nothing to resume."""
+    folder = Path(config.out) / config.run_id if config.run_id else None
+    if folder is None or not (folder / MANIFEST_FILE).exists():
+        return "interrupted before anything was recorded: there is no run to resume"
+    command = shlex.join(
+        ["sweeper", "record", "--resume", "--run-id", config.run_id or "", "--out", str(config.out)]
+    )
+    return (
+        "interrupted: what was recorded is kept and the run is marked incomplete; finish it "
+        f"with: {command}"
+    )

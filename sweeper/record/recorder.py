@@ -37,7 +37,7 @@ from sweeper.record.config import (
     RecordConfig,
     default_run_id,
 )
-from sweeper.record.http import RawClient
+from sweeper.record.http import RawClient, describe_exception
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
 from sweeper.record.progress import LevelStats, NullProgress, Progress
@@ -191,7 +191,12 @@ async def arecord_sweep(
         else:
             assert folder is not None
             manifest, model, origin_ns = _resumed_run(config, previous, folder, clock)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"--out {config.out}: cannot create {folder}: {exc.strerror or exc}"
+            ) from exc
         with TraceSetLock(folder, "resume it" if previous else "record into it"):
             if previous is not None:
                 for path in [*requests_files(folder), folder / METRICS_FILE]:
@@ -632,7 +637,9 @@ async def _build_specs(
     try:
         return list(await asyncio.gather(*(one(i) for i in indices)))
     except httpx.HTTPError as exc:
-        raise SweeperError(f"building prompts with the server's /tokenize failed: {exc}") from exc
+        raise SweeperError(
+            f"building prompts with the server's /tokenize failed: {describe_exception(exc)}"
+        ) from exc
 
 
 def _self_check(

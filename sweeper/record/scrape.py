@@ -24,6 +24,7 @@ import httpx
 
 from sweeper.record import metrics_child
 from sweeper.record.client import Clock, default_clock
+from sweeper.record.http import describe_exception
 from sweeper.schema import Fact, MetricSample, Series, ServerConfig
 
 # Families kept: the inference engines' own, and common GPU exporters (for --metrics-url).
@@ -226,7 +227,7 @@ class Scraper:
             series, error = [], str(exc)[:300]
             self.failures[url] = error
         except httpx.HTTPError as exc:
-            series, error = [], f"{type(exc).__name__}: {exc}"[:300]
+            series, error = [], describe_exception(exc)[:300]
             self.failures[url] = error
         if end is None:  # no answer
             end = self.clock()

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from sweeper.errors import ConfigError, ServerError, ServerUnreachable
+from sweeper.record.http import describe_exception
 from sweeper.record.workload import TokenCounter
 from sweeper.schema import Fact, strip_credentials
 
@@ -56,12 +57,12 @@ async def probe_server(client: httpx.AsyncClient, base_url: str) -> ServerInfo:
         response = await client.get(f"{api}/models", timeout=PROBE_TIMEOUT_S)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise ServerUnreachable(
-            f"cannot reach the server at {shown} ({type(exc).__name__}: {exc}); is it running, "
+            f"cannot reach the server at {shown} ({describe_exception(exc)}); is it running, "
             "and is --base-url right?"
         ) from exc
     except httpx.HTTPError as exc:
         raise ServerUnreachable(
-            f"the server at {shown} did not answer ({type(exc).__name__}: {exc})"
+            f"the server at {shown} did not answer ({describe_exception(exc)})"
         ) from exc
     if response.status_code in (httpx.codes.UNAUTHORIZED, httpx.codes.FORBIDDEN):
         raise ServerError(

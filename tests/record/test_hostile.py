@@ -3,15 +3,22 @@ each failure is named in one line, nothing recorded is lost, the numbers are rig
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from sweeper.errors import ConfigError, ErrorRateExceeded
-from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep
+from sweeper.errors import ConfigError, ErrorRateExceeded, ServerUnreachable
+from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep, serverinfo
+from sweeper.record.http import describe_exception
 from sweeper.store import load_trace_set, read_manifest
-from sweeper.testing.server import FaultRule, run_server
+from sweeper.testing.server import FaultRule, ServerThread, run_server
 
 
 def _config(base_url: str, out: Path, **changes: object) -> RecordConfig:
@@ -89,3 +96,78 @@ def test_concurrency_is_bounded_when_parsed(value: str) -> None:
     with pytest.raises(ConfigError, match="above the most a recorder can run, 65,535"):
         parse_levels(f"1,{value}")
     assert parse_levels("1,65535") == [1, 65535]
+
+
+# -- where the recording goes -------------------------------------------------------------------
+
+
+def test_out_that_cannot_be_created_is_an_error_naming_it(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match=re.escape(f"--out {blocker}/traces: cannot create")):
+        record_sweep(_config(server.base_url, blocker / "traces"))
+
+
+# -- timeouts say what timed out and after how long ---------------------------------------------
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A base URL whose server accepts connections and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def test_a_probe_that_times_out_says_what_and_after_how_long(
+    silent_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serverinfo, "PROBE_TIMEOUT_S", 0.3)
+    with pytest.raises(ServerUnreachable) as error:
+        record_sweep(_config(silent_server, tmp_path))
+    assert f"(ReadTimeout: {silent_server}/v1/models sent nothing for 0.3 s)" in str(error.value)
+
+
+@pytest.mark.parametrize("http_client", ["raw", "httpx"])
+def test_a_request_that_times_out_says_after_how_long(tmp_path: Path, http_client: str) -> None:
+    with run_server(ttft_ms=1, itl_ms=1, faults=(FaultRule("stall=2000@1", every=3),)) as server:
+        folder = record_sweep(
+            _config(server.base_url, tmp_path, timeout_s=0.4, max_error_rate=1.0,
+                    http_client=http_client)
+        )  # fmt: skip
+    timeouts = [r.error for r in load_trace_set(folder).requests if r.error is not None]
+    assert timeouts and all(e.kind == "timeout" for e in timeouts)
+    for error in timeouts:
+        assert "0.4 s" in error.message, error.message
+        assert error.message.rstrip(": ") not in ("ReadTimeout", "TimeoutError"), error.message
+
+
+def test_an_httpx_timeout_is_described_with_its_url_and_limit() -> None:
+    request = httpx.Request("GET", "http://user:pw@host:8000/metrics")
+    request.extensions["timeout"] = {"connect": 10.0, "read": 5.0, "write": 5.0, "pool": None}
+    assert describe_exception(httpx.ReadTimeout("", request=request)) == (
+        "ReadTimeout: http://host:8000/metrics sent nothing for 5 s"
+    )
+    assert describe_exception(httpx.ConnectTimeout("timed out", request=request)) == (
+        "ConnectTimeout: no connection to http://host:8000/metrics within 10 s"
+    )
+    assert describe_exception(httpx.PoolTimeout("")) == "PoolTimeout"  # no request: as before

@@ -4,9 +4,12 @@ subprocess for what only a process can show (kill -9, Ctrl-C, --resume)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -309,3 +312,47 @@ def test_resume_refuses_changed_options_and_applies_safe_ones(tmp_path: Path) ->
     ), notes
     assert any(f"resumed against {srv.base_url} (recorded: " in n for n in notes), notes
     assert not any("--timeout" in n for n in notes), notes  # the run's own 30 s, inherited
+
+
+def test_out_under_a_file_or_not_writable_is_one_line_naming_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    # Unwritable: a folder without write permission; as root, where permissions do not hold,
+    # a folder of sysfs (no new files there, whoever asks).
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    unwritable = locked / "traces" if os.geteuid() != 0 else Path("/sys/sweeper-traces")
+    cases = [
+        (blocker / "traces", f"Error: --out {blocker}/traces is under {blocker}, a file, not a folder"),
+        (unwritable, f"Error: --out {unwritable}: cannot write there (in {unwritable.parent}): "),
+    ]  # fmt: skip
+    for out, message in cases:
+        result = CliRunner().invoke(
+            cli, ["record", "--base-url", closed_port_url(), "--out", str(out), "--quiet"]
+        )
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith(message), result.output
+        assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "file" / "traces").exists() and list(locked.iterdir()) == []
+
+
+def test_ctrl_c_during_the_server_probe_says_there_is_nothing_to_resume(tmp_path: Path) -> None:
+    accepted = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        held: list[socket.socket] = []
+
+        def hold() -> None:  # accept the probe's connection and never answer it
+            held.append(listener.accept()[0])
+            accepted.set()
+
+        threading.Thread(target=hold, daemon=True).start()
+        proc = _start(f"http://127.0.0.1:{listener.getsockname()[1]}", tmp_path)
+        assert accepted.wait(WAIT_S), "the recorder never probed the server"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=WAIT_S)
+        for conn in held:
+            conn.close()
+    assert proc.returncode == 130, err
+    assert "interrupted before anything was recorded: there is no run to resume" in err
+    assert "None" not in err and "--resume" not in err
+    assert not (tmp_path / "r").exists()
