@@ -116,7 +116,8 @@ def _warmup(value: str) -> int | None:
     "--requests-per-level",
     default="4x",
     metavar="N|Kx",
-    help="Measured requests per level: a count (e.g. 100) or K times the level (at least 8).",
+    help="Measured requests per level: a count, at least the largest level (e.g. 100), or K "
+    "times the level (at least 8).",
 )
 @click.option(
     "--warmup",
