@@ -15,7 +15,7 @@ from sweeper.findings import capacity as cap
 from sweeper.findings import cause, choice
 from sweeper.findings import scaling as perf
 from sweeper.findings._words import Text, unknown
-from sweeper.findings.frames import RunFrames, run_frames
+from sweeper.findings.frames import RunFrames, per_token, run_frames
 from sweeper.findings.model import FINDING_IDS, SLO, Finding
 from sweeper.i18n import N_
 from sweeper.store import TraceSet
@@ -27,7 +27,9 @@ def analyze(
     slos: Sequence[SLO] | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> list[Finding]:
-    """Every finding, in the order of DESIGN.md (1-11)."""
+    """Every finding, in the order of DESIGN.md (1-11). Where chunks carry several tokens, ITL is
+    judged per token (:func:`~sweeper.findings.frames.per_token`)."""
+    data = per_token(data)
     out: list[Finding] = []
     builders: list[tuple[str, Callable[[], Finding]]] = [
         ("roofline", lambda: perf.roofline(data, thresholds)),

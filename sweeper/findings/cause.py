@@ -653,7 +653,7 @@ def _client_distorted(data: RunFrames, concurrency: int, th: Thresholds) -> bool
     if check is not None:
         return th.stamps_distorted(check)
     lag = _lag_by_level(data, th).get(concurrency)
-    return lag is not None and th.loop_lag_distorts(lag, data.value(concurrency, "itl_p50_ms"))
+    return lag is not None and th.loop_lag_distorts(lag, data.chunk_gap(concurrency, "p50"))
 
 
 def _client_explains(data: RunFrames, concurrency: int, th: Thresholds) -> bool:
@@ -661,7 +661,7 @@ def _client_explains(data: RunFrames, concurrency: int, th: Thresholds) -> bool:
     least ``client_lag_tail_fraction`` of p99 - p50 ITL): a few ms of lag cannot make a 100 ms
     stall."""
     lag = _lag_by_level(data, th).get(concurrency, math.nan)
-    excess = data.value(concurrency, "itl_p99_ms") - data.value(concurrency, "itl_p50_ms")
+    excess = data.chunk_gap(concurrency, "p99") - data.chunk_gap(concurrency, "p50")
     return (
         _client_distorted(data, concurrency, th)
         and finite(excess)

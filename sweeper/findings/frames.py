@@ -8,7 +8,7 @@ rules share: the single-stream baseline, the ITL percentiles and the tokens of o
 from __future__ import annotations
 
 import math
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -47,6 +47,10 @@ class RunFrames:
     requests: pd.DataFrame | None = None
     gaps: pd.DataFrame | None = None
     server_log_stats: int = 0  # periodic stat lines found in the server log (0: none / no log)
+    # Chunks of several tokens (a server streaming every N tokens): the level's ``itl_*_ms``
+    # are then per token and the chunk gaps are kept as ``chunk_itl_*_ms`` (see per_token).
+    tokens_per_chunk: float = math.nan
+    itl_per_token: bool = False
 
     def __post_init__(self) -> None:
         self.levels = self.levels.sort_values("concurrency").reset_index(drop=True)
@@ -62,6 +66,12 @@ class RunFrames:
 
     def server_value(self, concurrency: int, name: str) -> float:
         return level_cell(self.server, concurrency, name)
+
+    def chunk_gap(self, concurrency: int, stat: str) -> float:
+        """The gap between chunks at one level (``p50``...), whatever a chunk carried: what a
+        late client read delays."""
+        name = f"chunk_itl_{stat}_ms" if self.itl_per_token else f"itl_{stat}_ms"
+        return self.value(concurrency, name)
 
     @property
     def concurrencies(self) -> list[int]:
@@ -94,6 +104,37 @@ def run_frames(ts: TraceSet) -> RunFrames:
         gaps=gaps,
         server_log_stats=log_stats,
     )
+
+
+# Chunks carry this many tokens on average (some level), or the server says it streams every N
+# tokens: ITL is then judged per token, since a gap between chunks is N tokens' worth of time.
+MULTI_TOKEN_CHUNKS = 1.5
+_ITL_STATS = ("mean", "p50", "p90", "p95", "p99")
+
+
+def stream_interval(data: RunFrames) -> float:
+    """The server's stream interval (tokens per streamed chunk) as configured, NaN when unknown."""
+    fact = data.manifest.server.config.extra.get("stream_interval")
+    value = fact.value if fact is not None else None
+    return float(value) if finite(value) else math.nan
+
+
+def per_token(data: RunFrames) -> RunFrames:
+    """The frames with ITL per token where chunks carry several tokens: each level's
+    ``itl_<stat>_ms`` becomes its ``token_itl_<stat>_ms`` (every gap divided by its chunk's
+    tokens), the chunk gaps kept as ``chunk_itl_<stat>_ms``. Unchanged otherwise."""
+    carried = data.col("tokens_per_chunk_mean")
+    tokens = float(carried.max()) if carried is not None else math.nan
+    interval = stream_interval(data)
+    multi = (finite(tokens) and tokens >= MULTI_TOKEN_CHUNKS) or (finite(interval) and interval > 1)
+    token_cols = [f"token_itl_{s}_ms" for s in _ITL_STATS]
+    if not multi or not all(c in data.levels.columns for c in token_cols):
+        return replace(data, tokens_per_chunk=tokens)
+    levels = data.levels.copy()
+    for stat in _ITL_STATS:
+        levels[f"chunk_itl_{stat}_ms"] = levels[f"itl_{stat}_ms"]
+        levels[f"itl_{stat}_ms"] = levels[f"token_itl_{stat}_ms"]
+    return replace(data, levels=levels, tokens_per_chunk=tokens, itl_per_token=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings._words import (
     Missing,
     Ms,
+    Msg,
     Num,
     Pct,
     Text,
@@ -25,7 +26,13 @@ from sweeper.findings._words import (
     tok_s,
     unknown,
 )
-from sweeper.findings.frames import RunFrames, itl_percentiles, request_lengths, single_stream
+from sweeper.findings.frames import (
+    RunFrames,
+    itl_percentiles,
+    request_lengths,
+    single_stream,
+    stream_interval,
+)
 from sweeper.findings.model import Finding
 from sweeper.i18n import N_
 from sweeper.units import GB, finite
@@ -330,6 +337,28 @@ def knee(data: RunFrames, th: Thresholds) -> Finding:
 # 4. ITL tail
 
 
+def _per_token_words(data: RunFrames, text: Text) -> None:
+    """Where chunks carry several tokens, say that ITL (here, in the SLOs and in the operating
+    point) is per token, and what the gap between chunks is."""
+    if not data.itl_per_token:
+        return
+    interval = stream_interval(data)
+    top = data.concurrencies[-1]
+    text.add(
+        N_(
+            "Chunks carry ~{n} tokens{interval}, so ITL here, in the service levels and in the "
+            "operating point is per token (each gap divided by the tokens its chunk carried); "
+            "between chunks p50 is {chunk} at C={c}."
+        ),
+        n=Num(data.tokens_per_chunk, 0),
+        interval=Msg(N_(" (server stream interval {k})"), {"k": Num(interval, 0)})
+        if finite(interval)
+        else "",
+        chunk=Ms(data.chunk_gap(top, "p50")),
+        c=top,
+    )
+
+
 def tail_levels(data: RunFrames, th: Thresholds) -> list[int]:
     itl = itl_percentiles(data)
     if itl is None:
@@ -414,6 +443,7 @@ def itl_tail(data: RunFrames, th: Thresholds) -> Finding:
             ratio=times(max_ratio),
             at=max_at,
         )
+    _per_token_words(data, text)
     return Finding(
         id="itl_tail",
         severity="warning" if opens_at is not None else "info",
@@ -426,6 +456,9 @@ def itl_tail(data: RunFrames, th: Thresholds) -> Finding:
             "itl_p50_ms": per_level(data, p50, 3),
             "itl_p99_ms": per_level(data, p99, 3),
             "threshold_ratio": th.itl_tail_ratio,
+            "itl_basis": "per_token" if data.itl_per_token else "per_chunk",
+            "tokens_per_chunk": num(data.tokens_per_chunk, 2),
+            "stream_interval": num(stream_interval(data), 0),
         },
         text=text.render(),
         data=uses,
