@@ -10,6 +10,7 @@ import nbformat
 import pytest
 from nbconvert.preprocessors import ExecutePreprocessor
 
+from sweeper.report.pagecheck import page_defects
 from sweeper.testing.factories import SyntheticLevel, write_synthetic_run
 from tests.report.site_helpers import (
     BROKEN,
@@ -116,3 +117,16 @@ def test_a_missing_traces_folder_fails_a_strict_build(tmp_path: Path) -> None:
     result = mkdocs_build(config, tmp_path / "site", tmp_path / "tarces", "http://127.0.0.1/")
     assert result.returncode != 0
     assert "does not exist" in result.stdout + result.stderr
+
+
+def test_every_generated_page_passes_the_page_check(built_site) -> None:
+    """The synthetic runs (a label holding <script>, a model name holding Markdown) and the
+    samples, in both languages."""
+    defects = {}
+    for lang_root in (built_site.site_dir, built_site.site_dir / "zh"):
+        for top in ("runs", "compare"):
+            for path in sorted((lang_root / top).rglob("*.html")):
+                found = page_defects(path.read_text(encoding="utf-8"))
+                if found:
+                    defects[str(path.relative_to(built_site.site_dir))] = found
+    assert defects == {}
