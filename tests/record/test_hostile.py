@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import socket
 import threading
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from sweeper.cli import cli
 from sweeper.errors import ConfigError, ErrorRateExceeded, ServerUnreachable
 from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep, serverinfo
 from sweeper.record.http import describe_exception
@@ -171,3 +174,28 @@ def test_an_httpx_timeout_is_described_with_its_url_and_limit() -> None:
         "ConnectTimeout: no connection to http://host:8000/metrics within 10 s"
     )
     assert describe_exception(httpx.PoolTimeout("")) == "PoolTimeout"  # no request: as before
+
+
+# -- non-finite numbers from the server ---------------------------------------------------------
+
+
+def test_nan_and_infinity_from_the_server_are_recorded_and_read_back(tmp_path: Path) -> None:
+    """A /metrics page with NaN and +Inf gauges (an idle spec-decode acceptance rate) and a
+    llama.cpp-style timings object with Infinity: the recording reads back whole, the values as
+    sent, and the commands that read it work (before: null on disk, then every reader refused
+    the trace set)."""
+    faults = (FaultRule("timings_inf", every=2),)
+    with run_server(ttft_ms=1, itl_ms=1, metrics_nonfinite=True, faults=faults) as server:
+        folder = record_sweep(_config(server.base_url, tmp_path, max_error_rate=0.0))
+    ts = load_trace_set(folder)
+    assert ts.problems == [] and ts.manifest.status == "complete"
+    timings = [r.server_timing for r in ts.requests if r.server_timing]
+    assert len(timings) == 6 and all(t["prompt_per_second"] == math.inf for t in timings)
+    values = {
+        s.name: s.value for sample in ts.metrics for s in sample.series if "spec_decode" in s.name
+    }
+    assert math.isnan(values["vllm:spec_decode_draft_acceptance_rate"])
+    assert values["vllm:spec_decode_mean_acceptance_length"] == math.inf
+    for command in (["summary", str(folder)], ["findings", str(folder)]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 0, result.output
