@@ -52,7 +52,28 @@ MAX_WARNINGS = 100
 # Option names that may hold a secret: never copied from the log into a manifest.
 SECRET_NAME = re.compile(r"(?:key|keys|secret|password|token|auth)$", re.IGNORECASE)
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# A terminal's escape sequences, all of them (a log captured from a terminal holds more than
+# colours): OSC (``ESC ] ... BEL`` or ``ESC \\``: a window title, a link), CSI (``ESC [ ...``:
+# colours, cursor moves), DCS / SOS / PM / APC strings, ``ESC ( B`` and the two-byte ``ESC x``,
+# and their 8-bit forms; then the control characters but tab, newline and carriage return.
+TERMINAL_ESCAPE = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b[ -/]+[0-~]"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+    r"|\x9d[^\x07\x9c]*[\x07\x9c]?"
+)
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def strip_terminal(text: str) -> str:
+    """``text`` without terminal escape sequences and control characters (tab, newline and
+    carriage return kept): what a page or a manifest may hold of a log or a server's words."""
+    return CONTROL_CHARS.sub("", TERMINAL_ESCAPE.sub("", text))
+
+
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 _VLLM_TIME = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d\d-\d\d \d\d:\d\d:\d\d)\b")
 _SGLANG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
@@ -498,7 +519,7 @@ def parse_server_log(text: str) -> ServerLog:
     # split("\n"), not splitlines(): progress bars redraw with "\r" and line numbers must match
     # what an editor shows.
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = _ANSI.sub("", raw).rstrip()
+        line = strip_terminal(raw).rstrip()
         if not line:
             continue
         if _VLLM_MARK.search(line):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeper.facts.serverlog import strip_terminal
 from sweeper.findings import Finding
 from sweeper.i18n import fmt_fixed, gettext, ngettext
 from sweeper.report import charts
@@ -26,21 +26,6 @@ DOMAIN = "pages"
 # reference is never escaped twice).
 _ESCAPES = {c: f"&#{ord(c)};" for c in "\\`*_{}[]()#+-!|~:<>&\"'"}
 _ESCAPES["\n"] = " "
-
-
-# A terminal's escape sequences: OSC (``ESC ] ... BEL`` or ``ESC \\``: a window title, a link),
-# CSI (``ESC [ ... final``: colours, cursor moves), DCS / SOS / PM / APC strings, ``ESC ( B``
-# and the two-byte ``ESC x``; then every other control character but tab and newline (C0, DEL, C1).
-TERMINAL_ESCAPE = re.compile(
-    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
-    r"|\x1b[ -/]+[0-~]"
-    r"|\x1b[@-Z\\-_]"
-    r"|\x9b[0-?]*[ -/]*[@-~]"
-    r"|\x9d[^\x07\x9c]*[\x07\x9c]?"
-)
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def tr(lang: str, message: str) -> str:
@@ -70,7 +55,7 @@ def esc(value: object) -> str:
     title-setting ``ESC]0;...BEL``, colours) and other control characters removed, HTML-escaped,
     and the characters Markdown would act on (links, emphasis, tables, code) written as
     character references."""
-    text = CONTROL.sub("", TERMINAL_ESCAPE.sub("", str(value)))
+    text = strip_terminal(str(value)).replace("\r", "")  # a page's text is one line
     return "".join(_ESCAPES.get(c, c) for c in text)
 
 

@@ -264,6 +264,20 @@ def test_secrets_are_masked() -> None:
     assert "api_key" not in config.extra and "hf_token" not in config.extra
 
 
+def test_terminal_escapes_are_stripped_from_every_line_kept() -> None:
+    """A log captured from a terminal: a title-setting OSC (ESC]0;...BEL), colours, a charset
+    switch, a bell. The facts are read, and no escape or control character is kept."""
+    line = (
+        "\x1b]0;vllm serve\x07(APIServer pid=1) INFO 01-01 00:00:00 [utils.py:1] non-default "
+        "args: {'max_num_seqs': \x1b[1m4\x1b[0m, 'max_num_batched_tokens': 512}\x1b(B\x07"
+    )
+    config = parse_server_log(line).config
+    assert value_of(config.max_num_seqs) == 4
+    detail = config.max_num_seqs.detail or ""
+    assert "'max_num_seqs': 4" in detail and "vllm serve" not in detail
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", detail)
+
+
 def test_unknown_text_gives_an_empty_result() -> None:
     log = parse_server_log("hello\n\nnothing to see here\n")
     assert log.engine is None and log.version is None
