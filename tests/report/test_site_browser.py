@@ -221,3 +221,28 @@ def test_chinese_words_inside_a_sentence_are_found(browser: Browser) -> None:
     found = search(browser, "兑换率")
     assert any("/zh/runs/" in href for href in found), found
     _clean(browser)
+
+
+@pytest.mark.parametrize("prefix", ["", "zh/"])
+def test_the_runs_index_filters_by_label(browser: Browser, prefix: str) -> None:
+    """Typing keeps the rows holding every word; a click on a label chip filters by it."""
+    browser.open(f"{prefix}runs/")
+    rows = browser.page.locator("article table tbody tr")
+    total = rows.count()
+    assert total >= 4
+
+    def shown() -> list[str]:
+        return browser.page.evaluate(
+            """() => [...document.querySelectorAll('article table tbody tr')]
+                 .filter(r => r.style.display !== 'none')
+                 .map(r => r.querySelector('td').innerText.trim())"""
+        )
+
+    browser.page.fill("input[data-sweeper-filter]", "config=chunked-prefill")
+    assert shown() == ["small-vllm-cpu-chunked-prefill"]
+    browser.page.fill("input[data-sweeper-filter]", "")
+    assert len(shown()) == total
+    browser.page.locator("td .sweeper-label[data-label='config=preemption']").first.click()
+    assert browser.page.input_value("input[data-sweeper-filter]") == "config=preemption"
+    assert shown() == ["small-vllm-cpu-preemption"]
+    _clean(browser)
