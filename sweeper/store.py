@@ -754,14 +754,14 @@ def discover_trace_sets(
     )
     refused = duplicate_run_ids(folders)
     if problems is not None:
-        problems.extend(refused.values())
+        problems.extend(f"{folder}: {why}" for folder, why in refused.items())
     return [p for p in folders if p not in refused]
 
 
 def duplicate_run_ids(folders: Iterable[Path]) -> dict[Path, str]:
     """The folders (of those given, in order) whose manifest names a run id an earlier one
-    already has, each with the message that refuses it. A manifest that cannot be read is
-    not judged here (reading it says what is wrong)."""
+    already has, each with why it is refused (naming the other folder). A manifest that cannot
+    be read is not judged here (reading it says what is wrong). The site leaves these out."""
     owner: dict[str, Path] = {}
     refused: dict[Path, str] = {}
     for folder in folders:
@@ -770,9 +770,9 @@ def duplicate_run_ids(folders: Iterable[Path]) -> dict[Path, str]:
             continue
         if run_id in owner:
             refused[folder] = (
-                f"{folder}: run id {run_id!r} is already the run id of {owner[run_id]}; left "
-                f"out (two trace sets of one run id would share one page: give one of them "
-                "another run_id in its manifest.json, or remove the copy)"
+                f"run id {run_id!r} is already the run id of {owner[run_id]}; left out (two "
+                "trace sets of one run id would share one page: give one of them another "
+                "run_id in its manifest.json, or remove the copy)"
             )
         else:
             owner[run_id] = folder

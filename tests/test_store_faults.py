@@ -9,11 +9,14 @@ import gzip
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from sweeper.analysis.summary import summarize
+from sweeper.cli import cli
 from sweeper.errors import SchemaVersionError, TraceError, TraceFormatError
 from sweeper.redact import Redactor
 from sweeper.schema import (
@@ -331,18 +334,30 @@ def test_random_bytes_in_a_gz_file_are_not_called_truncated(tmp_path: Path) -> N
 
 
 def test_two_folders_with_one_run_id_refuse_the_second_naming_both(tmp_path: Path) -> None:
-    first = write_synthetic_run(tmp_path, "run-a", LEVELS, output_len=8)
-    copy = tmp_path / "run-a-copy"
-    copy.mkdir()
-    for path in first.iterdir():
-        (copy / path.name).write_bytes(path.read_bytes())
-    write_synthetic_run(tmp_path, "run-b", LEVELS, output_len=8)
+    traces = tmp_path / "traces"
+    first = write_synthetic_run(traces, "run-a", LEVELS, output_len=8)
+    copy = traces / "run-a-copy"
+    shutil.copytree(first, copy)
+    raw = json.loads((copy / MANIFEST_FILE).read_text())
+    raw["labels"] = {"which": "the-copy"}
+    (copy / MANIFEST_FILE).write_text(json.dumps(raw))
+    write_synthetic_run(traces, "run-b", LEVELS, output_len=8)
+    why = (
+        f"run id 'run-a' is already the run id of {first}; left out (two trace sets of one run "
+        "id would share one page: give one of them another run_id in its manifest.json, or "
+        "remove the copy)"
+    )
     problems: list[str] = []
-    assert [p.name for p in discover_trace_sets(tmp_path, problems)] == ["run-a", "run-b"]
-    assert problems == [
-        f"{copy}: run id 'run-a' is already the run id of {first}; left out (two trace sets "
-        "of one run id would share one page: give one of them another run_id in its "
-        "manifest.json, or remove the copy)"
-    ]
-    assert list(duplicate_run_ids([first, copy])) == [copy]
-    assert duplicate_run_ids([first, tmp_path / "run-b"]) == {}
+    assert [p.name for p in discover_trace_sets(traces, problems)] == ["run-a", "run-b"]
+    assert problems == [f"{copy}: {why}"]
+    assert duplicate_run_ids([first, copy]) == {copy: why}
+    assert duplicate_run_ids([first, traces / "run-b"]) == {}
+    # The site: one page for run-a, and a build that says it left the copy out (exit 1).
+    pages = tmp_path / "pages"
+    result = CliRunner().invoke(cli, ["build", "--traces", str(traces), "--out", str(pages)])
+    assert result.exit_code == 1
+    assert f"{copy}: left out of the site: {why}" in result.output
+    assert sorted(p.name for p in (pages / "runs").iterdir() if p.is_dir()) == ["run-a", "run-b"]
+    assert "the-copy" not in (pages / "runs" / "run-a" / "index.md").read_text()  # not overwritten
+    index = (pages / "runs" / "index.md").read_text()
+    assert index.count("(run-a/") == 1 and "is already the run id of" in index  # the copy named

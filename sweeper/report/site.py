@@ -60,7 +60,7 @@ from sweeper.report.run_report import (
     per_stream_rate,
 )
 from sweeper.schema import MANIFEST_FILE
-from sweeper.store import TraceSet, atomic_write, load_trace_set
+from sweeper.store import TraceSet, atomic_write, duplicate_run_ids, load_trace_set
 
 log = logging.getLogger("sweeper.report.site")
 
@@ -226,7 +226,14 @@ def _render_entry(folder: Path) -> RunEntry:
 
 
 def load_entries(traces_dir: Path, cache_dir: Path | None = None) -> list[RunEntry]:
-    return [load_entry(folder, cache_dir) for folder in candidate_folders(traces_dir)]
+    return _load_entries(candidate_folders(traces_dir), cache_dir)
+
+
+def _load_entries(folders: list[Path], cache_dir: Path | None) -> list[RunEntry]:
+    refused = duplicate_run_ids(folders)  # a second folder of one run id: left out, both named
+    return [
+        RunEntry(f, error=refused[f]) if f in refused else load_entry(f, cache_dir) for f in folders
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,7 +477,7 @@ def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str,
     last = _LAST.get(str(traces_dir.resolve()))
     if last is not None and last[0] == key:
         return dict(last[1])
-    entries = [load_entry(folder, cache_dir) for folder in folders]
+    entries = _load_entries(folders, cache_dir)
     pages: dict[str, str] = {}
     for entry in entries:
         pages.update(entry.pages or {})
