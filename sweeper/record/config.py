@@ -17,7 +17,8 @@ from sweeper.record.workload import (
     RequestCount,
     check_request_counts,
 )
-from sweeper.schema import check_run_id, strip_credentials
+from sweeper.redact import redact_argv as safe_argv
+from sweeper.schema import check_run_id
 from sweeper.store import DEFAULT_TRACES_DIR
 
 DEFAULT_INPUT_LEN = 1024
@@ -28,7 +29,6 @@ MAX_TOKENS = 100_000_000  # --input-len / --output-len: far past any context win
 PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
 CONNECT_TIMEOUT_S = 10.0
 CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
-REDACTED = "***"
 HTTP_CLIENTS = ("raw", "httpx")
 LIBRARIES = ("httpx", "httpcore", "pydantic", "prometheus_client", "rich", "click", "uvloop")
 
@@ -130,21 +130,9 @@ class RecordConfig:
 
 
 def redact_argv(argv: list[str], secret: str | None = None) -> list[str]:
-    """The command line safe to store: the value of --api-key, any occurrence of ``secret``
-    and credentials in URLs replaced."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            arg, hide_next = REDACTED, False
-        elif arg == "--api-key":
-            hide_next = True
-        elif arg.startswith("--api-key="):
-            arg = f"--api-key={REDACTED}"
-        if secret:
-            arg = arg.replace(secret, REDACTED)
-        out.append(strip_credentials(arg) if "://" in arg else arg)
-    return out
+    """The command line safe to store (:func:`sweeper.redact.redact_argv`: option values named
+    like keys, Authorization headers, URL credentials and ``secret`` masked)."""
+    return safe_argv(argv, secret)
 
 
 def default_run_id(model: str, now: datetime) -> str:
