@@ -64,6 +64,7 @@ from sweeper.record.workload import (
     completion_body,
     request_id,
 )
+from sweeper.redact import Redactor
 from sweeper.schema import (
     METRICS_FILE,
     LevelAttempt,
@@ -202,7 +203,10 @@ async def arecord_sweep(
                 for path in [*requests_files(folder), folder / METRICS_FILE]:
                     if path.suffix != ".gz":  # compacted files hold whole lines only
                         trim_partial_line(path)
-            writer = TraceSetWriter(folder)
+            secrets = [config.base_url, *(config.metrics_urls or [])]
+            writer = TraceSetWriter(
+                folder, redactor=Redactor.for_run(api_key=config.api_key, urls=secrets)
+            )
             run = _Run(
                 config=config, manifest=manifest, folder=folder, writer=writer,
                 origin_ns=origin_ns, clock=clock, progress=progress,
