@@ -10,8 +10,8 @@
 
 A run is incomplete when its manifest's status is not ``complete``, when a planned level has no
 measured request (and no tool summary standing in for it), or when a level stopped short: its
-manifest entry is not ``complete`` or it holds fewer measured requests than were planned
-(``workload.requests_per_level``). ``sweeper summary``, ``sweeper findings`` and the run's page say
+manifest entry is not ``complete`` or, in a recording of sweeper's own, it holds fewer measured
+requests than were planned (``workload.requests_per_level``). ``sweeper summary``, ``sweeper findings`` and the run's page say
 so, with the levels and, for sweeper's own recordings, the command that finishes the run
 (``sweeper record --resume``, docs/record.md "Nothing lost").
 """
@@ -52,7 +52,8 @@ class Completeness:
 
     def sentence(self) -> str:
         """One English sentence for the terminal (the pages have their own, translated)."""
-        parts = [f"this run is incomplete (status {self.run_status})"]
+        status = f" (status {self.run_status})" if self.run_status != "complete" else ""
+        parts = [f"this run is incomplete{status}"]
         if self.missing_levels:
             parts.append(
                 "levels never measured: " + ", ".join(f"C={c}" for c in self.missing_levels)
@@ -75,6 +76,8 @@ def completeness(ts: TraceSet) -> Completeness:
     planned = list(m.workload.concurrency_levels) or [lv.concurrency for lv in m.levels]
     measured = Counter(r.concurrency for r in ts.requests if r.phase == "measured")
     summaries = m.source.summaries
+    # sweeper's own plan per level is what it meant to send; an import's is what it found.
+    own = m.source.tool == RECORDER_TOOL
     missing: list[int] = []
     short: list[LevelShortfall] = []
     for c in planned:
@@ -84,7 +87,7 @@ def completeness(ts: TraceSet) -> Completeness:
         wanted = m.workload.requests_per_level.get(str(c))
         if count == 0 and str(c) not in summaries:
             missing.append(c)
-        elif status != "complete" or (wanted is not None and 0 < count < wanted):
+        elif status != "complete" or (own and wanted is not None and 0 < count < wanted):
             message = level.message if level is not None else None
             short.append(LevelShortfall(c, count, wanted, status, message))
     done = Completeness(m.status, planned, missing, short)
