@@ -60,6 +60,12 @@ class Thresholds:
     this share of the time all long gaps add (beyond the p50 ITL)."""
     kv_full_fraction: float = 0.95
     """KV usage at or above this fraction: the pool is full."""
+    prefix_cache_hit_share: float = 0.2
+    """A prefix-cache hit rate at or above this: requests share their history in the KV cache,
+    and input + output tokens per request is only an upper bound on what each needs."""
+    prefix_cache_collapse: float = 0.5
+    """The top level's hit rate below this fraction of the best level's: the shared history no
+    longer fits in the pool."""
 
     # 6. KV ceiling
     kv_warning_occupancy: float = 0.9

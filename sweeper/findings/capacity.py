@@ -29,11 +29,15 @@ from sweeper.units import finite
 
 
 def kv_capacity(data: RunFrames) -> tuple[float, str] | None:
-    """KV cache capacity in tokens and where it came from."""
+    """KV cache capacity in tokens and where it came from; where each level had its own server
+    and pool, the smallest (the ceiling every level's server can keep)."""
     tokens = data.fact("server.config.kv_cache_tokens")
     if finite(tokens) and tokens > 0:
         src = data.manifest.server.config.kv_cache_tokens
         return float(tokens), f"server.config.kv_cache_tokens ({src.source if src else '?'})"
+    per_level = {c: v for c, v in data.level_facts("kv_cache_tokens").items() if v > 0}
+    if per_level:
+        return min(per_level.values()), "server.config.extra.kv_cache_tokens_per_level (smallest)"
     mem = data.fact("server.config.kv_cache_memory_bytes")
     per_token = data.fact("model.kv_bytes_per_token")
     if finite(mem) and finite(per_token) and per_token > 0:
@@ -81,16 +85,26 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     capacity, cap_source = cap
     uses.append(cap_source)
     pool = _pool(capacity, inp, out)
-    occupancy = [c * pool.per_req / capacity for c in data.concurrencies]
+    # Each level against its own server's pool where the pools differed.
+    pools = data.level_facts("kv_cache_tokens")
+    occupancy = [c * pool.per_req / pools.get(c, capacity) for c in data.concurrencies]
     observed = [data.server_value(c, "kv_usage_max") for c in data.concurrencies]
     if any(finite(v) for v in observed):
         uses.append("server KV usage per level")
     max_seqs = data.fact("server.config.max_num_seqs")
+    seqs_by_level = data.level_facts("max_num_seqs")
+    if max_seqs is None and seqs_by_level:
+        # One server per level, each with its own cap: the top level's is the one to compare.
+        max_seqs = seqs_by_level.get(data.concurrencies[-1])
     seqs_above = finite(max_seqs) and float(max_seqs) > pool.ceiling
     text = Text()
     _ceiling_words(text, pool, max_seqs, seqs_above=seqs_above)
     _top_level_words(text, pool, data.concurrencies[-1], occupancy[-1], observed[-1])
     full_at = _overcommit_words(text, pool, data.concurrencies, occupancy)
+    hits = [data.server_value(c, "prefix_cache_hit_rate") for c in data.concurrencies]
+    best_hits = _prefix_cache_words(text, data, pool, hits, th)
+    if best_hits is not None:
+        uses.append("server prefix-cache hits per level")
     close = [
         c
         for c, o in zip(data.concurrencies, occupancy, strict=True)
@@ -109,10 +123,48 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
             "observed_kv_usage_max": per_level(data, observed),
             "full_at": full_at,
             "max_num_seqs": max_seqs,
+            "prefix_cache_hit_rate": per_level(data, hits),
+            "ceiling_is_lower_bound": best_hits is not None,
         },
         text=text.render(),
         data=uses,
     )
+
+
+def _prefix_cache_words(
+    text: Text, data: RunFrames, pool: _Pool, hits: list[float], th: Thresholds
+) -> float | None:
+    """Requests whose prompts hit the prefix cache may share KV blocks (a prefix common to
+    several requests is stored once): input + output is then an upper bound on each request's
+    need. Say so, and where the hits fall away (the pool no longer holds what was cached).
+    Returns the best hit rate when it matters, else None."""
+    known = [(c, h) for c, h in zip(data.concurrencies, hits, strict=True) if finite(h)]
+    if not known:
+        return None
+    best_c, best = max(known, key=lambda x: x[1])
+    if best < th.prefix_cache_hit_share:
+        return None
+    text.add(
+        N_(
+            "The server's prefix cache served {hit} of the prompt tokens at C={c}: a prefix "
+            "several requests share is stored once, so {per} tokens each is an upper bound on "
+            "what they need, and the ceiling a lower bound."
+        ),
+        hit=Pct(best, 0),
+        c=best_c,
+        per=Num(pool.per_req, 0),
+    )
+    top_c, top = known[-1]
+    if top_c != best_c and top < best * th.prefix_cache_collapse:
+        text.add(
+            N_(
+                "By C={c} the hit rate is down to {hit}: the pool no longer holds what was "
+                "cached, so each request prefills its whole prompt again."
+            ),
+            c=top_c,
+            hit=Pct(top, 1),
+        )
+    return best
 
 
 def _ceiling_missing(

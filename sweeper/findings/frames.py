@@ -8,6 +8,7 @@ rules share: the single-stream baseline, the ITL percentiles and the tokens of o
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
@@ -20,6 +21,8 @@ from sweeper.facts.serverlog import parse_server_log
 from sweeper.schema import RunManifest, fact_value
 from sweeper.store import TraceSet
 from sweeper.units import finite
+
+_PER_LEVEL = re.compile(r"C=(\d+):\s*(-?[0-9]+(?:\.[0-9]+)?)(?=,|$)")
 
 
 def level_cell(frame: pd.DataFrame | None, concurrency: int, name: str) -> float:
@@ -76,6 +79,16 @@ class RunFrames:
     @property
     def concurrencies(self) -> list[int]:
         return [int(c) for c in self.levels["concurrency"]]
+
+    def level_facts(self, name: str) -> dict[int, float]:
+        """A server configuration value that differed between levels (each level on its own
+        server), by level: ``server.config.extra["<name>_per_level"]`` (``C=8: 8, C=16: 16``);
+        empty when the sweep has one value (see :meth:`fact`) or none."""
+        fact = self.manifest.server.config.extra.get(f"{name}_per_level")
+        out: dict[int, float] = {}
+        for level, value in _PER_LEVEL.findall(str(fact.value) if fact is not None else ""):
+            out[int(level)] = float(value)
+        return out
 
     def fact(self, path: str) -> Any:
         """A manifest fact's value by dotted path (``server.config.max_num_seqs``), or None."""

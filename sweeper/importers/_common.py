@@ -17,6 +17,7 @@ from sweeper.errors import ImportFormatError
 from sweeper.redact import redact_argv
 from sweeper.schema import (
     ClockOrigin,
+    Fact,
     Hardware,
     LevelStatus,
     MetricSample,
@@ -296,8 +297,13 @@ def _apply_server_logs(
             texts.append(path.read_text(encoding="utf-8", errors="replace"))
         except OSError as exc:
             raise ImportFormatError(f"cannot read the server log ({exc.strerror})", path) from exc
-    for text in texts:
-        apply_server_log(manifest, parse_server_log(text))
+    logs = [parse_server_log(text) for text in texts]
+    for log in logs:
+        apply_server_log(manifest, log)
+    by_path = {p: c for c, p in imported.server_logs}
+    levels = [by_path.get(path) for path in paths]
+    if len(logs) > 1 and None not in levels:
+        _keep_per_level(manifest, [c for c in levels if c is not None], logs, manifest.warnings)
     # A fact that differs per level (one server per level) stays per level: no one log speaks
     # for the whole sweep.
     config = manifest.server.config
@@ -309,7 +315,6 @@ def _apply_server_logs(
         return paths[0]
     import tempfile
 
-    by_path = {p: c for c, p in imported.server_logs}
     fd, name = tempfile.mkstemp(
         prefix=".server-log.", suffix=".tmp", dir=options.out if options.out.is_dir() else None
     )
@@ -319,6 +324,46 @@ def _apply_server_logs(
             fh.write(f"===== sweeper import: server log of concurrency {level} ({path}) =====\n")
             fh.write(text if text.endswith("\n") else text + "\n")
     return Path(name)
+
+
+SAME_FACT_TOLERANCE = 0.05  # per-level facts within 5% are one fact (the smallest is kept)
+
+
+def _keep_per_level(
+    manifest: RunManifest, levels: list[int], logs: list[Any], warnings: list[str]
+) -> None:
+    """Levels that ran on their own servers, each with its log: a configuration fact whose
+    value differs between the logs (max_num_seqs set per level, a KV pool sized per server) is
+    kept per level in ``extra`` (``<name>_per_level``: ``C=8: 8, C=16: 16``) and not as one
+    value for the sweep; values within 5% are one fact, the smallest."""
+    config = manifest.server.config
+    for name in type(config).model_fields:
+        if name == "extra":
+            continue
+        facts = {
+            c: f for c, log in zip(levels, logs, strict=True) if (f := getattr(log.config, name))
+        }
+        values = {f.value for f in facts.values()}
+        if len(values) < 2:
+            continue
+        per_level = ", ".join(f"C={c}: {f.value}" for c, f in sorted(facts.items()))
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if (
+            len(numbers) == len(values)
+            and min(numbers) > 0
+            and (max(numbers) - min(numbers)) / min(numbers) <= SAME_FACT_TOLERANCE
+        ):
+            smallest = min(facts.values(), key=lambda f: f.value)
+            setattr(
+                config, name, smallest.model_copy(update={"detail": f"smallest of {per_level}"})
+            )
+            continue
+        first = next(iter(facts.values()))
+        config.extra[f"{name}_per_level"] = Fact(
+            value=per_level, source=first.source, detail="one server log per level"
+        )
+        setattr(config, name, None)
+        warnings.append(f"{name} differs between levels ({per_level}); see server.config.extra")
 
 
 def _gpu_facts(name: str | None, count: int | None) -> Hardware:

@@ -97,3 +97,36 @@ def test_long_input_splits_the_stalls_by_the_same_attribution(sweep: Any) -> Non
     tail = found["tail_cause"].numbers["attribution"]["time_share"]
     if tail["prefill"] > tail["preemption"]:
         assert parts.get("prefill_interference", 0) >= parts.get("preemption_stalls", 0)
+
+
+def test_the_ceiling_uses_each_levels_own_server(sweep: Any) -> None:
+    folder, found = sweep
+    ceiling = found["kv_ceiling"]
+    assert ceiling.severity != "unknown", ceiling.text["en"]
+    # the per-level servers' pools: the ceiling rests on the smallest a level's server had
+    pools = [
+        int(row[3]) * int(block[3])
+        for level in folder.iterdir()
+        if (level / "server_metrics_export.csv").is_file()
+        for rows in [
+            list(csv.reader((level / "server_metrics_export.csv").read_text().splitlines()))
+        ]
+        for row in rows
+        if len(row) > 3 and row[1] == "vllm:cache_config_info" and row[2] == "num_gpu_blocks"
+        for block in rows
+        if len(block) > 3 and block[1] == "vllm:cache_config_info" and block[2] == "block_size"
+    ]
+    if pools:
+        assert ceiling.numbers["capacity_tokens"] == min(pools)
+
+
+def test_a_prefix_cache_makes_the_ceiling_a_lower_bound(sweep: Any) -> None:
+    _, found = sweep
+    ceiling = found["kv_ceiling"]
+    hits = [v for v in ceiling.numbers["prefix_cache_hit_rate"].values() if v is not None]
+    if hits and max(hits) >= 0.2:
+        assert ceiling.numbers["ceiling_is_lower_bound"] is True
+        assert "upper bound on what they need" in ceiling.text["en"]
+        assert "上界" in ceiling.text["zh"]
+        if hits[-1] < 0.5 * max(hits):
+            assert "the pool no longer holds what was cached" in ceiling.text["en"]
