@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, pairwise
 
 import numpy as np
 import pandas as pd
 
-from sweeper.schema import RequestTrace, RunManifest, Workload, fact_value
+from sweeper.schema import LevelStatus, RequestTrace, RunManifest, Workload, fact_value
 from sweeper.store import TraceSet
 from sweeper.units import NS_PER_MS, NS_PER_S, finite
 
@@ -303,6 +303,7 @@ def level_frame(
             tool=source.summaries.get(str(level), {}),
             tool_duration=source.send_times == "reconstructed",
             closed_loop=source.tool == RECORDER_TOOL,
+            breaks=attempt_breaks(ts.manifest.level(level)),
             slos=slos,
         )
         asked = ts.manifest.workload
@@ -339,15 +340,34 @@ class RunningTime:
     inflight_max: int
 
 
-def running_time(sends: np.ndarray, ends: np.ndarray, *, pauses: bool = True) -> RunningTime:
+def attempt_breaks(level: LevelStatus | None) -> list[tuple[float, float]]:
+    """The spans (s from the origin) between the attempts a level was recorded in: it stopped
+    (Ctrl-C, a crash) at the end of one and went on at the start of the next (``--resume``)."""
+    attempts = sorted(level.attempts, key=lambda a: a.start_ns) if level is not None else []
+    return [
+        (a.end_ns / NS_PER_S, b.start_ns / NS_PER_S)
+        for a, b in pairwise(attempts)
+        if a.end_ns is not None and b.start_ns > a.end_ns
+    ]
+
+
+def running_time(
+    sends: np.ndarray,
+    ends: np.ndarray,
+    *,
+    pauses: bool = True,
+    breaks: Sequence[tuple[float, float]] = (),
+) -> RunningTime:
     """The pauses and the in-flight concurrency of one level's requests (send to end, in s).
 
     A pause is a span where no request was in flight, longer than :data:`PAUSE_MIN_S` and than
     :data:`PAUSE_MEDIAN_FACTOR` times the level's median request duration. Only ``sweeper
     record``'s closed loops are searched for pauses (``pauses``): each stream sends its next
     request as soon as the previous one ends, so nothing in flight means the recorder stopped
-    (an interrupted level, resumed later). Another tool's idle time (a trace replayed with its
-    users' delays) is its workload, and stays in the duration as the tool counted it."""
+    (an interrupted level, resumed later). Where the manifest says when the recorder stopped
+    and went on (``breaks``: :func:`attempt_breaks`), the idle time inside those spans is a
+    pause however short. Another tool's idle time (a trace replayed with its users' delays) is
+    its workload, and stays in the duration as the tool counted it."""
     valid = np.isfinite(sends) & np.isfinite(ends)
     start, end = sends[valid], np.maximum(ends[valid], sends[valid])
     if start.size == 0:
@@ -357,7 +377,13 @@ def running_time(sends: np.ndarray, ends: np.ndarray, *, pauses: bool = True) ->
     reach = np.maximum.accumulate(end)  # the latest end among requests sent so far
     idle = start[1:] - reach[:-1]
     bound = max(PAUSE_MIN_S, PAUSE_MEDIAN_FACTOR * float(np.median(end - start)))
-    paused = float(idle[idle > bound].sum()) if idle.size and pauses else 0.0
+    paused = 0.0
+    if idle.size and pauses:
+        long = idle > bound
+        paused = float(idle[long].sum())
+        for first, last in breaks:  # the short idle spans, as far as they lie in a break
+            overlap = np.minimum(start[1:], last) - np.maximum(reach[:-1], first)
+            paused += float(np.clip(overlap[~long & (idle > 0)], 0, None).sum())
     # Ends sort before sends at the same time: a stream's next request does not overlap its last.
     times = np.concatenate([end, start])
     steps = np.concatenate([np.full(end.size, -1), np.ones(start.size, dtype=np.int64)])
@@ -385,6 +411,7 @@ def _level_row(
     tool: Mapping[str, float | int | str | None],
     tool_duration: bool,
     closed_loop: bool,
+    breaks: Sequence[tuple[float, float]] = (),
     slos: Mapping[str, float] | None,
 ) -> dict[str, float | int | str]:
     ok_mask = (grp["status"] == "ok").to_numpy()
@@ -400,7 +427,8 @@ def _level_row(
         end = float(np.nanmax(ends)) if np.isfinite(ends).any() else _NAN
         duration = end - start if np.isfinite(end) else _NAN
     sends = grp["send_s"].to_numpy(dtype=float)
-    running = running_time(sends, grp["end_s"].to_numpy(dtype=float), pauses=closed_loop)
+    ends_s = grp["end_s"].to_numpy(dtype=float)
+    running = running_time(sends, ends_s, pauses=closed_loop, breaks=breaks)
     if running.paused_s > 0:
         duration -= running.paused_s
     out_tok = float(np.nansum(ok["output_tokens"].to_numpy(dtype=float)))

@@ -16,7 +16,15 @@ from sweeper.analysis.frames import (
     level_frame,
     request_frame,
 )
-from sweeper.schema import Fact, RequestError, RequestTrace, ServerConfig, Source
+from sweeper.schema import (
+    Fact,
+    LevelAttempt,
+    LevelStatus,
+    RequestError,
+    RequestTrace,
+    ServerConfig,
+    Source,
+)
 from sweeper.store import TraceSet, load_trace_set, write_trace_set
 from sweeper.testing.factories import (
     SyntheticLevel,
@@ -316,3 +324,28 @@ def test_a_level_resumed_after_a_pause_has_the_throughput_of_one_that_was_not(
     assert cut.iloc[0]["output_throughput_tok_s"] == pytest.approx(
         whole.iloc[0]["output_throughput_tok_s"], rel=1e-3
     )
+
+
+def test_a_short_pause_between_two_attempts_of_a_level_is_left_out(tmp_path: Path) -> None:
+    """Ctrl-C and --resume five seconds later: under the 10x rule (requests of 1 s), but the
+    manifest's attempts say the recorder stopped at 2.0 s and went on at 6.5 s."""
+    chunks = [500 + 10 * i for i in range(50)]
+    requests = [
+        trace("a", 0, chunks, concurrency=1),
+        trace("b", 1_000, chunks, concurrency=1),
+        trace("c", 7_000, chunks, concurrency=1),
+    ]
+    ts = write_set(tmp_path, requests, source=Source(tool="sweeper record", version="test"))
+    ts.manifest.levels = [
+        LevelStatus(
+            concurrency=1,
+            status="complete",
+            attempts=[
+                LevelAttempt(start_ns=0, end_ns=2_000 * MS, outcome="interrupted"),
+                LevelAttempt(start_ns=6_500 * MS, end_ns=8_000 * MS, outcome="complete"),
+            ],
+        )
+    ]
+    row = level_frame(ts).iloc[0]
+    assert row["paused_s"] == pytest.approx(4.5)  # 2.0 -> 6.5 of the idle 1.99 -> 7.0
+    assert row["duration_s"] == pytest.approx(7.99 - 4.5)
