@@ -55,9 +55,9 @@ class Thresholds:
     (its send .. its first token)."""
     signature_max_gaps: int = 2000
     """Stalls examined per level at most (evenly spaced), to bound the work on huge sweeps."""
-    cause_min_time_share: float = 0.5
-    """A cause is named for the ITL tail only when the long gaps attributed to it hold at least
-    this share of the time all long gaps add (beyond the p50 ITL)."""
+    cause_min_time_share: float = 0.25
+    """A cause is named for the ITL tail only when the long gaps attributed to it hold more of the
+    time all long gaps add (beyond the p50 ITL) than any other cause, and at least this share."""
     kv_full_fraction: float = 0.95
     """KV usage at or above this fraction: the pool is full."""
     prefix_cache_hit_share: float = 0.2

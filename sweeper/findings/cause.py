@@ -200,6 +200,9 @@ _CAUSES = (PREFILL, PREEMPTION, UNEXPLAINED)
 
 
 def _leading(attribution: Sequence[GapAttribution] | None, th: Thresholds) -> str | None:
+    """The explained cause holding the most of the time the long gaps add, when it holds at
+    least ``cause_min_time_share`` of it (gaps no cause explains, e.g. a lone stream's jitter on
+    a loaded machine, are stated but are no cause)."""
     if not attribution:
         return None
     _, _, by_time = _shares(attribution)
@@ -262,13 +265,13 @@ def _attribution_words(ev: _TailEvidence, text: Text, cause: str) -> None:
     else:
         lead = None
         text.add(
-            N_("By the trace, of the {n} long gaps at {where}:"),
+            N_("By the trace, the {n} long gaps at {where} split as follows."),
             n=Num(gaps, 0),
             where=where,
         )
     if lead != PREFILL and by_count[PREFILL] > 0:
         text.add(
-            N_("other requests' prefills explain {share} ({time} of the time they add)."),
+            N_("Other requests' prefills explain {share} of them ({time} of the time they add)."),
             share=Share(by_count[PREFILL]),
             time=Share(by_time[PREFILL]),
         )
@@ -286,7 +289,7 @@ def _attribution_words(ev: _TailEvidence, text: Text, cause: str) -> None:
         )
     if by_count[UNEXPLAINED] > 0:
         text.add(
-            N_("{share} of them ({time} of the time) fit neither."),
+            N_("{share} of them ({time} of the time) fit no cause."),
             share=Share(by_count[UNEXPLAINED]),
             time=Share(by_time[UNEXPLAINED]),
         )
@@ -513,14 +516,17 @@ def _kv_admission(ev: _TailEvidence) -> Finding | None:
     kv, waiting = ev.kv, ev.waiting
     if not (finite(kv) and kv >= ev.th.kv_full_fraction and finite(waiting) and waiting > 0):
         return None
-    text = Text().add(
-        N_(
+    if finite(ev.preempt) and ev.preempt > 0:
+        message = N_(
+            "The KV cache is full: usage reached {kv} with {w} requests waiting, so new requests "
+            "are admitted only as others finish and free their KV blocks."
+        )
+    else:
+        message = N_(
             "The KV cache is full: usage reached {kv} with {w} requests waiting and no preemption, so new "
             "requests are admitted only as others finish and free their KV blocks."
-        ),
-        kv=Pct(kv),
-        w=Num(waiting, 0),
-    )
+        )
+    text = Text().add(message, kv=Pct(kv), w=Num(waiting, 0))
     return _answer(ev, "kv_admission", "warning", text)
 
 
