@@ -194,7 +194,8 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """Raw text (a log, a message, one argument) with every secret masked, line by line."""
-        text = self._known(text, _squeeze(text))
+        squeezed = _squeeze(text)
+        text = self._known(text, squeezed, _distinct(squeezed))
         if "\n" not in text:
             return _recognized(text, _squeeze(text), _TEXT)
         return "\n".join(_recognized(line, _squeeze(line), _TEXT) for line in text.split("\n"))
@@ -205,8 +206,11 @@ class Redactor:
         """A serialized JSON document with every secret inside its strings masked; the result is
         still valid JSON of the same shape."""
         squeezed = _squeeze(document)
-        masked = self._known(document, squeezed)
-        return _recognized(masked, squeezed if masked is document else _squeeze(masked), _JSON)
+        distinct = _distinct(squeezed)
+        masked = self._known(document, squeezed, distinct)
+        if masked is not document:
+            distinct = _distinct(_squeeze(masked))
+        return _recognized(masked, distinct, _JSON)
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """A command line safe to store: each argument masked, and the argument after an option
@@ -222,11 +226,14 @@ class Redactor:
             out.append(self.text(arg))
         return out
 
-    def _known(self, text: str, squeezed: bytes) -> str:
-        """``text`` with every known secret masked (``squeezed``: :func:`_squeeze` of it, to
-        skip the secrets that cannot be there)."""
+    def _known(self, text: str, squeezed: bytes, distinct: bytes) -> str:
+        """``text`` with every known secret masked (``squeezed`` and ``distinct``: its
+        :func:`_squeeze` and :func:`_distinct` bytes, to skip the secrets that cannot be there)."""
         for secret, head in zip(self.secrets, self._heads, strict=True):
-            if head in squeezed and secret[:PARTIAL_SECRET_CHARS] in text:
+            if (
+                head in (squeezed if b"{" in head else distinct)
+                and secret[:PARTIAL_SECRET_CHARS] in text
+            ):
                 text = _mask_secret(text, secret)
         return text
 
@@ -235,12 +242,23 @@ class Redactor:
 # few dozen. Deleting characters only brings the others closer, so what is in a text is still
 # in its squeezed bytes (lower-cased the same way): the tests miss nothing.
 _NUMBERS = b"0123456789,"
+# Past this many bytes, a squeezed text is tested once per distinct part (see _candidates).
+_DISTINCT_PARTS_BYTES = 4096
 _LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
 
 
 def _squeeze(text: str) -> bytes:
     """``text``'s bytes, ASCII lower-cased, without digits and commas."""
     return text.encode("utf-8", "surrogateescape").translate(_LOWER, _NUMBERS)
+
+
+def _distinct(squeezed: bytes) -> bytes:
+    """A long squeezed document (a metrics page: hundreds of series that differ only in their
+    digits) once per distinct ``{``-delimited part: what the cheap tests look for never spans a
+    ``{`` (a secret that holds one is looked for in the whole text), so nothing is missed."""
+    if len(squeezed) <= _DISTINCT_PARTS_BYTES:
+        return squeezed
+    return b"{".join(set(squeezed.split(b"{")))
 
 
 def _recognized(text: str, squeezed: bytes, mode: _Mode) -> str:
@@ -277,7 +295,9 @@ def _candidates(data: bytes, mode: _Mode) -> list[re.Pattern[str]]:
     """The rules worth running on a text whose squeezed bytes are ``data``: a URL with user
     info; an ``authorization`` or ``bearer``; a word a credential's name ends in, followed as a
     name is; an option named so (``bytes.find`` on a few dozen bytes is far cheaper than any
-    regex over the whole line)."""
+    regex over the whole line). A long document (a metrics page: hundreds of series that differ
+    only in their digits) is tested once per distinct ``{``-delimited part: no word and what
+    follows it spans a ``{``, so nothing is missed."""
     rules: list[re.Pattern[str]] = []
     if b"@" in data and b"://" in data:
         rules.append(mode.url)
