@@ -516,7 +516,8 @@ def _kv_admission(ev: _TailEvidence) -> Finding | None:
     kv, waiting = ev.kv, ev.waiting
     if not (finite(kv) and kv >= ev.th.kv_full_fraction and finite(waiting) and waiting > 0):
         return None
-    if finite(ev.preempt) and ev.preempt > 0:
+    if not (finite(ev.preempt) and ev.preempt == 0):
+        # preempted, or no counter to tell: "no preemption" would claim what is not known
         message = N_(
             "The KV cache is full: usage reached {kv} with {w} requests waiting, so new requests "
             "are admitted only as others finish and free their KV blocks."

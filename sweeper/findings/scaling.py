@@ -113,6 +113,11 @@ def _roofline_missing(data: RunFrames, bw: Any, weight: Any) -> list[str]:
         missing.append(N_("the model's weight bytes (give --model or --model-config)"))
     if 1 not in data.concurrencies:
         missing.append(N_("a concurrency-1 level (the single stream)"))
+    elif not finite(data.value(1, "output_throughput_tok_s")) and not finite(
+        data.value(1, "decode_mean_tok_s")
+    ):
+        # a C=1 level whose requests all failed: no speed to set against the roofline
+        missing.append(N_("the single stream's measured speed (C=1 completed no request)"))
     return missing
 
 
