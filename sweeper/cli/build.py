@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from sweeper.cli._common import friendly_errors, traces_option
+from sweeper.cli._common import check_writable_folder, friendly_errors, traces_option
 from sweeper.report.site import GENERATED_DIRS, build_pages, load_entries
 
 
@@ -37,6 +37,7 @@ def build_command(traces_dir: Path, out_dir: Path) -> None:
       sweeper build                       # traces/ -> docs/runs/, docs/compare/
       sweeper build --traces my-runs --out /tmp/pages
     """
+    check_writable_folder(out_dir)
     pages = build_pages(traces_dir, out_dir)
     entries = load_entries(traces_dir)
     click.echo(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sweeper.cli._common import friendly_errors, parse_labels
+from sweeper.cli._common import check_writable_folder, friendly_errors, parse_labels
 from sweeper.importers import IMPORTERS, import_run
 from sweeper.store import DEFAULT_TRACES_DIR, load_trace_set
 
@@ -63,6 +63,7 @@ def import_command(
       sweeper import aiperf results/minimax-sweep/ --gpu MI355X --run-id minimax-mi355x
       sweeper import vllm-bench c1.json c8.json c64.json --server-log vllm.log
     """
+    check_writable_folder(out)
     folder = import_run(
         kind,
         list(paths),

@@ -143,3 +143,33 @@ def test_cli_options_reach_the_manifest(tmp_path: Path) -> None:
     assert ts.manifest.hardware.gpu_count is not None and ts.manifest.hardware.gpu_count.value == 4
     assert ts.manifest.labels == {"note": "peer"}
     assert ts.manifest.source.tool == "llmperf" and ts.manifest.source.fidelity == "per_request"
+
+
+def test_import_out_under_a_file_is_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sweeper.cli import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = CliRunner().invoke(
+        cli, ["import", "aiperf", str(tmp_path), "--out", str(blocker / "traces")]
+    )
+    assert result.exit_code == 1
+    assert f"--out {blocker / 'traces'} is under {blocker}, a file, not a folder" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_build_out_under_a_file_is_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sweeper.cli import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    (tmp_path / "traces").mkdir()
+    result = CliRunner().invoke(
+        cli, ["build", "--traces", str(tmp_path / "traces"), "--out", str(blocker / "md")]
+    )
+    assert result.exit_code == 1
+    assert f"--out {blocker / 'md'} is under {blocker}, a file, not a folder" in result.output
