@@ -59,6 +59,42 @@ def _evenly(idx: np.ndarray, at_most: int) -> np.ndarray:
     return idx[np.linspace(0, idx.size - 1, at_most).round().astype(int)]
 
 
+@dataclass(frozen=True)
+class _Level:
+    """One level's gaps and completed requests as arrays (seconds on the run's clock)."""
+
+    itl_ms: np.ndarray
+    start_s: np.ndarray  # each gap's start
+    end_s: np.ndarray  # each gap's end (its chunk's arrival)
+    owner: np.ndarray  # the request each gap belongs to
+    p50_ms: float
+    rid: np.ndarray
+    send_s: np.ndarray
+    first_s: np.ndarray  # first token
+    last_s: np.ndarray  # last token
+
+
+def _level(concurrency: int, requests: pd.DataFrame, gaps: pd.DataFrame) -> _Level | None:
+    g = gaps[gaps["concurrency"] == concurrency]
+    r = requests[(requests["concurrency"] == concurrency) & (requests["status"] == "ok")]
+    if g.empty or r.empty:
+        return None
+    itl = g["itl_ms"].to_numpy(dtype=float)
+    end = g["at_s"].to_numpy(dtype=float)
+    send = r["send_s"].to_numpy(dtype=float)
+    return _Level(
+        itl_ms=itl,
+        start_s=end - itl / MS_PER_S,
+        end_s=end,
+        owner=g["request_id"].to_numpy(dtype=object),
+        p50_ms=float(np.nanmedian(itl)),
+        rid=r["request_id"].to_numpy(dtype=object),
+        send_s=send,
+        first_s=send + r["ttft_ms"].to_numpy(dtype=float) / MS_PER_S,
+        last_s=send + r["e2el_ms"].to_numpy(dtype=float) / MS_PER_S,
+    )
+
+
 def stall_signature(
     concurrency: int,
     requests: pd.DataFrame,
@@ -66,24 +102,17 @@ def stall_signature(
     th: Thresholds = DEFAULT_THRESHOLDS,
 ) -> StallSignature | None:
     """The signature of one level, or None when the level has no per-chunk gaps."""
-    g = gaps[gaps["concurrency"] == concurrency]
-    r = requests[(requests["concurrency"] == concurrency) & (requests["status"] == "ok")]
-    if g.empty or r.empty:
+    level = _level(concurrency, requests, gaps)
+    if level is None:
         return None
-    itl = g["itl_ms"].to_numpy(dtype=float)
-    p50 = float(np.nanmedian(itl))
+    itl, p50 = level.itl_ms, level.p50_ms
     limit = th.long_gap_factor * p50
-    end_s = g["at_s"].to_numpy(dtype=float)
-    start_s = end_s - itl / MS_PER_S
-    owner = g["request_id"].to_numpy(dtype=object)
+    end_s, start_s, owner = level.end_s, level.start_s, level.owner
     is_stall = itl > limit
     stall_idx = _evenly(np.nonzero(is_stall)[0], th.signature_max_gaps)
     normal_idx = _evenly(np.nonzero(~is_stall)[0], th.signature_max_gaps)
 
-    rid = r["request_id"].to_numpy(dtype=object)
-    send = r["send_s"].to_numpy(dtype=float)
-    first = send + r["ttft_ms"].to_numpy(dtype=float) / MS_PER_S
-    last = send + r["e2el_ms"].to_numpy(dtype=float) / MS_PER_S
+    rid, send, first, last = level.rid, level.send_s, level.first_s, level.last_s
 
     def overlap_share(idx: np.ndarray) -> float:
         if idx.size == 0:
@@ -202,21 +231,14 @@ def gap_attribution(
     - ``unexplained``: the rest.
 
     None when the level has no per-chunk gaps."""
-    g = gaps[gaps["concurrency"] == concurrency]
-    r = requests[(requests["concurrency"] == concurrency) & (requests["status"] == "ok")]
-    if g.empty or r.empty:
+    level = _level(concurrency, requests, gaps)
+    if level is None:
         return None
-    itl = g["itl_ms"].to_numpy(dtype=float)
-    p50 = float(np.nanmedian(itl))
-    long_idx = np.nonzero(itl > th.long_gap_factor * p50)[0]
-    gap_ms = itl[long_idx]
-    end = g["at_s"].to_numpy(dtype=float)[long_idx]
-    start = end - gap_ms / MS_PER_S
-    owner = g["request_id"].to_numpy(dtype=object)[long_idx]
-    rid = r["request_id"].to_numpy(dtype=object)
-    send = r["send_s"].to_numpy(dtype=float)
-    first = send + r["ttft_ms"].to_numpy(dtype=float) / MS_PER_S
-    last = send + r["e2el_ms"].to_numpy(dtype=float) / MS_PER_S
+    p50 = level.p50_ms
+    long_idx = np.nonzero(level.itl_ms > th.long_gap_factor * p50)[0]
+    gap_ms = level.itl_ms[long_idx]
+    end, start, owner = level.end_s[long_idx], level.start_s[long_idx], level.owner[long_idx]
+    rid, send, first, last = level.rid, level.send_s, level.first_s, level.last_s
     prefill = np.zeros(long_idx.size, dtype=bool)
     for lo in range(0, long_idx.size, _CHUNK):
         k = slice(lo, lo + _CHUNK)

@@ -182,7 +182,7 @@ def _run_at_words(
             itl=Ms(itl),
             ttft=ttft,
         )
-    elif finite(itl) and finite(itl1):
+    elif finite(itl) and finite(itl1) and itl1 > 0:
         text.add(
             N_(
                 "Run at C={c}: {tput} tok/s, {speedup} a single stream, with p50 ITL {itl} ({slower} slower than "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ImportFormatError
+from sweeper.importers._common import set_level_fact
 from sweeper.schema import (
     Fact,
     MetricSample,
@@ -23,7 +24,6 @@ from sweeper.schema import (
 
 SERVER_METRICS_FILE = "server_metrics_export.csv"
 SERVER_LOG_FILE = "server.log"
-SAME_FACT_TOLERANCE = 0.05  # per-level facts within 5% are one fact (the smallest is kept)
 
 # vLLM serve flags -> ServerConfig fields
 _VLLM_FLAGS = {
@@ -261,34 +261,7 @@ def merge_server(levels: list[LevelFiles], warnings: list[str]) -> Server:
     names = sorted({name for lv in levels for name in lv.config})
     for name in names:
         facts = {lv.concurrency: lv.config[name] for lv in levels if name in lv.config}
-        values = {f.value for f in facts.values()}
-        first = next(iter(facts.values()))
-        if len(values) == 1:
-            if name in type(config).model_fields:
-                setattr(config, name, first)
-            else:
-                config.extra[name] = first
-            continue
-        per_level = ", ".join(f"C={c}: {f.value}" for c, f in sorted(facts.items()))
-        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        if (
-            len(numbers) == len(values)
-            and min(numbers) > 0
-            and (max(numbers) - min(numbers)) / min(numbers) <= SAME_FACT_TOLERANCE
-        ):
-            smallest = min(facts.values(), key=lambda f: f.value)  # type: ignore[arg-type, return-value]
-            setattr(
-                config,
-                name,
-                smallest.model_copy(
-                    update={"detail": f"{smallest.detail}; smallest of {per_level}"}
-                ),
-            )
-        else:
-            config.extra[f"{name}_per_level"] = Fact(
-                value=per_level, source=first.source, detail=first.detail
-            )
-            warnings.append(f"{name} differs between levels ({per_level}); see server.config.extra")
+        set_level_fact(config, name, facts, warnings)
     blocks, size = config.num_gpu_blocks, config.block_size
     if (
         config.kv_cache_tokens is None

@@ -24,6 +24,7 @@ from sweeper.schema import (
     RequestTrace,
     RunManifest,
     Server,
+    ServerConfig,
     Source,
     Target,
     Workload,
@@ -329,13 +330,48 @@ def _apply_server_logs(
 SAME_FACT_TOLERANCE = 0.05  # per-level facts within 5% are one fact (the smallest is kept)
 
 
+def set_level_fact(
+    config: ServerConfig, name: str, facts: Mapping[int, Fact], warnings: list[str]
+) -> None:
+    """One configuration fact seen at each level (levels run on separate servers), set once:
+    the same value everywhere is the sweep's; values within 5% are one fact, the smallest; else
+    it stays per level in ``extra`` (``<name>_per_level``: ``C=8: 8, C=16: 16``) with a warning,
+    and no one level's value speaks for the sweep."""
+    values = {f.value for f in facts.values()}
+    first = next(iter(facts.values()))
+    field_name = name in type(config).model_fields
+    if len(values) == 1:
+        if field_name:
+            setattr(config, name, first)
+        else:
+            config.extra[name] = first
+        return
+    per_level = ", ".join(f"C={c}: {f.value}" for c, f in sorted(facts.items()))
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if (
+        field_name
+        and len(numbers) == len(values)
+        and min(numbers) > 0
+        and (max(numbers) - min(numbers)) / min(numbers) <= SAME_FACT_TOLERANCE
+    ):
+        smallest = min(facts.values(), key=lambda f: f.value)  # type: ignore[arg-type, return-value]
+        detail = f"{smallest.detail}; smallest of {per_level}" if smallest.detail else per_level
+        setattr(config, name, smallest.model_copy(update={"detail": detail}))
+        return
+    config.extra[f"{name}_per_level"] = Fact(
+        value=per_level, source=first.source, detail=first.detail
+    )
+    if field_name:
+        setattr(config, name, None)
+    warnings.append(f"{name} differs between levels ({per_level}); see server.config.extra")
+
+
 def _keep_per_level(
     manifest: RunManifest, levels: list[int], logs: list[Any], warnings: list[str]
 ) -> None:
-    """Levels that ran on their own servers, each with its log: a configuration fact whose
-    value differs between the logs (max_num_seqs set per level, a KV pool sized per server) is
-    kept per level in ``extra`` (``<name>_per_level``: ``C=8: 8, C=16: 16``) and not as one
-    value for the sweep; values within 5% are one fact, the smallest."""
+    """Levels that ran on their own servers, each with its log: a fact whose value differs
+    between the logs (max_num_seqs set per level, a KV pool sized per server) is set by
+    :func:`set_level_fact` instead of by whichever log came last."""
     config = manifest.server.config
     for name in type(config).model_fields:
         if name == "extra":
@@ -343,27 +379,8 @@ def _keep_per_level(
         facts = {
             c: f for c, log in zip(levels, logs, strict=True) if (f := getattr(log.config, name))
         }
-        values = {f.value for f in facts.values()}
-        if len(values) < 2:
-            continue
-        per_level = ", ".join(f"C={c}: {f.value}" for c, f in sorted(facts.items()))
-        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        if (
-            len(numbers) == len(values)
-            and min(numbers) > 0
-            and (max(numbers) - min(numbers)) / min(numbers) <= SAME_FACT_TOLERANCE
-        ):
-            smallest = min(facts.values(), key=lambda f: f.value)
-            setattr(
-                config, name, smallest.model_copy(update={"detail": f"smallest of {per_level}"})
-            )
-            continue
-        first = next(iter(facts.values()))
-        config.extra[f"{name}_per_level"] = Fact(
-            value=per_level, source=first.source, detail="one server log per level"
-        )
-        setattr(config, name, None)
-        warnings.append(f"{name} differs between levels ({per_level}); see server.config.extra")
+        if len({f.value for f in facts.values()}) > 1:
+            set_level_fact(config, name, facts, warnings)
 
 
 def _gpu_facts(name: str | None, count: int | None) -> Hardware:
