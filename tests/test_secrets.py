@@ -2,7 +2,8 @@
 an API key, passwords in --base-url and --metrics-url, a server that echoes the key in its 401
 bodies and a server log that prints it; an AIPerf run whose command lines and log hold keys,
 headers and URL passwords, imported by ``sweeper import aiperf``. Each is built into pages by
-``sweeper build``, and every file written (trace set, pages) is searched for every secret."""
+``sweeper build`` and into a site by ``mkdocs build``, and every file written (trace set, pages,
+site) is searched for every secret."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from sweeper.store import load_trace_set
 from sweeper.testing.server import FaultRule, run_server
 from tests._peers import KIMI, corpus
+from tests.report.site_helpers import copy_project_site, mkdocs_build
 
 KEY = "sk-live-Zq8XwV3mN7pR2tY9"
 BASE_PASSWORD = "b4se-Pa55w0rd"
@@ -45,6 +47,17 @@ def _leaks(folders: list[Path], secrets: list[str]) -> list[str]:
                     data = gzip.decompress(data)
                 found += [f"{path}: {s}" for s in secrets if s.encode() in data]
     return found
+
+
+def _site(root: Path, traces: Path) -> Path:
+    """The project's site built over ``traces`` (mkdocs, the sweeper plugin); its folder."""
+    source = root / "site-src"
+    source.mkdir()
+    site = root / "site"
+    result = mkdocs_build(copy_project_site(source), site, traces, "http://127.0.0.1:8000/")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert list(site.rglob("runs/*/index.html")), "no run page in the site"
+    return site
 
 
 def test_a_recorded_run_and_its_pages_hold_no_secret(tmp_path: Path) -> None:
@@ -88,7 +101,7 @@ def test_a_recorded_run_and_its_pages_hold_no_secret(tmp_path: Path) -> None:
     assert list(pages.rglob("*.md")), "no page was written"
     outputs = [result.stdout + result.stderr]
     outputs += [(r.stdout + r.stderr) for r in (_sweeper("summary", str(traces / "secrets")),)]
-    assert _leaks([traces, pages], secrets) == []
+    assert _leaks([traces, pages, _site(tmp_path, traces)], secrets) == []
     assert not [s for s in secrets for out in outputs if s in out]
 
 
@@ -119,5 +132,5 @@ def test_an_imported_aiperf_run_and_its_pages_hold_no_secret(tmp_path: Path) -> 
     assert manifest.target.base_url == "http://localhost:8896"
     _sweeper("build", "--traces", str(traces), "--out", str(pages))
     assert list(pages.rglob("*.md")), "no page was written"
-    assert _leaks([traces, pages], secrets) == []
+    assert _leaks([traces, pages, _site(tmp_path, traces)], secrets) == []
     assert not [s for s in secrets if s in result.stdout + result.stderr]
