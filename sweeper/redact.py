@@ -62,6 +62,14 @@ _WORDS_OF_NAMES = {
     "credential": "credentials?",
 }
 _NAME = "(?:" + "|".join(f"[\\w-]*{w}" for w in _WORDS_OF_NAMES.values()) + ")"
+_SECRET_NAME = re.compile(_NAME + "$")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an option or key of this name holds a secret (``api_key``, ``hf_token``...)."""
+    return _SECRET_NAME.fullmatch(name.lower()) is not None
+
+
 # An option of a command line named like one: --api-key, --token, --hf-token, -password...;
 # its dash starts a word ("1,000-token prompts" is no option).
 _FLAG = r"-(?<![\w.,:/-]-)-?(?:[a-z][\w-]*?)?(?:key|token|secret|passw(?:or)?d|auth|credentials?)"
@@ -159,6 +167,19 @@ def header_secrets(headers: Mapping[str, str] | None) -> list[str]:
     return [s for s in found if s]
 
 
+def run_secrets(
+    *,
+    api_key: str | None = None,
+    urls: Iterable[str | None] = (),
+    headers: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The secrets a recording knows: its API key, its URLs' user info, its headers' values."""
+    found = [api_key] if api_key else []
+    for url in urls:
+        found += url_secrets(url)
+    return found + header_secrets(headers)
+
+
 class Redactor:
     """Masks known secrets and recognized credentials in text (see the module's docstring).
 
@@ -186,18 +207,16 @@ class Redactor:
         headers: Mapping[str, str] | None = None,
     ) -> Redactor:
         """The redactor of a recording: its API key, its URLs' user info, its headers' values."""
-        found = [api_key] if api_key else []
-        for url in urls:
-            found += url_secrets(url)
-        found += header_secrets(headers)
-        return cls(found)
+        return cls(run_secrets(api_key=api_key, urls=urls, headers=headers))
 
     def text(self, text: str) -> str:
         """Raw text (a log, a message, one argument) with every secret masked, line by line."""
         squeezed = _squeeze(text)
-        text = self._known(text, squeezed, _distinct(squeezed))
-        if "\n" not in text:
-            return _recognized(text, _squeeze(text), _TEXT)
+        masked = self._known(text, squeezed, _distinct(squeezed))
+        if "\n" not in masked:
+            # the squeezed bytes stand as they were unless a known secret was masked
+            return _recognized(masked, squeezed if masked is text else _squeeze(masked), _TEXT)
+        text = masked
         return "\n".join(_recognized(line, _squeeze(line), _TEXT) for line in text.split("\n"))
 
     __call__ = text

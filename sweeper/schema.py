@@ -93,6 +93,9 @@ def fact_value(fact: Fact | None) -> FactValue:
 # manifest.json
 
 
+RECORDER_TOOL = "sweeper record"  # Source.tool of a trace set sweeper record wrote
+
+
 class Source(_Model):
     """Who produced the trace set."""
 

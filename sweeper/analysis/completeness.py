@@ -22,9 +22,8 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 
+from sweeper.schema import RECORDER_TOOL
 from sweeper.store import TraceSet
-
-RECORDER_TOOL = "sweeper record"
 
 
 @dataclass(frozen=True)

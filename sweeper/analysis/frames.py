@@ -36,7 +36,14 @@ from itertools import chain, pairwise
 import numpy as np
 import pandas as pd
 
-from sweeper.schema import LevelStatus, RequestTrace, RunManifest, Workload, fact_value
+from sweeper.schema import (
+    RECORDER_TOOL,
+    LevelStatus,
+    RequestTrace,
+    RunManifest,
+    Workload,
+    fact_value,
+)
 from sweeper.store import TraceSet
 from sweeper.units import NS_PER_MS, NS_PER_S, finite
 
@@ -322,8 +329,6 @@ def level_frame(
     return frame
 
 
-# What ``manifest.source.tool`` says of a trace set recorded by sweeper itself.
-RECORDER_TOOL = "sweeper record"
 # A span with no request of a level in flight is a pause (an interrupted level resumed later, a
 # stopped client) when it is longer than both of these; it is left out of the level's duration.
 PAUSE_MIN_S = 1.0

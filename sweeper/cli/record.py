@@ -11,7 +11,7 @@ import click
 
 from sweeper.cli._common import check_writable_folder, friendly_errors, parse_labels
 from sweeper.errors import ConfigError
-from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep, redact_argv
+from sweeper.record import RecordConfig, RequestCount, parse_levels, record_sweep
 from sweeper.record.config import (
     DEFAULT_INPUT_LEN,
     DEFAULT_MAX_ERROR_RATE,
@@ -21,6 +21,7 @@ from sweeper.record.config import (
 from sweeper.record.progress import default_progress
 from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
 from sweeper.record.workload import DEFAULT_LEVELS
+from sweeper.redact import redact_argv
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import DEFAULT_TRACES_DIR
 

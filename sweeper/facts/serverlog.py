@@ -39,7 +39,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sweeper.redact import redact  # one rule for secrets; their values in kept lines masked
+from sweeper.redact import (  # one rule for secrets; their values in kept lines masked
+    is_secret_name,
+    redact,
+)
 from sweeper.schema import Fact, FactValue, RunManifest, ServerConfig
 from sweeper.units import GIB, MIB
 
@@ -49,8 +52,6 @@ PERCENT = 100.0
 AUTO = "auto"
 DETAIL_MAX_CHARS = 400
 MAX_WARNINGS = 100
-# Option names that may hold a secret: never copied from the log into a manifest.
-SECRET_NAME = re.compile(r"(?:key|keys|secret|password|token|auth)$", re.IGNORECASE)
 
 # A terminal's escape sequences, all of them (a log captured from a terminal holds more than
 # colours): OSC (``ESC ] ... BEL`` or ``ESC \\``: a window title, a link), CSI (``ESC [ ...``:
@@ -234,7 +235,7 @@ def _scalar(value: object) -> FactValue:
 
 
 def _set_option(out: _Collector, name: str, value: object, line: str, override: bool) -> None:
-    if name in _IGNORED_OPTIONS or SECRET_NAME.search(name):
+    if name in _IGNORED_OPTIONS or is_secret_name(name):  # a secret is never copied
         return
     scalar = _scalar(value)
     if scalar is None:

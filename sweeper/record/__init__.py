@@ -7,9 +7,10 @@ tokens), :mod:`~sweeper.record.client` (one timed request), :mod:`~sweeper.recor
 itself), :mod:`~sweeper.record.scrape` (Prometheus), :mod:`~sweeper.record.recorder` (the sweep).
 """
 
-from sweeper.record.config import RecordConfig, redact_argv
+from sweeper.record.config import RecordConfig
 from sweeper.record.recorder import arecord_sweep, record_sweep
 from sweeper.record.workload import RequestCount, parse_levels
+from sweeper.redact import redact_argv  # the command line safe to store, one rule for secrets
 
 __all__ = [
     "RecordConfig",

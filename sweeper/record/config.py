@@ -17,7 +17,6 @@ from sweeper.record.workload import (
     RequestCount,
     check_request_counts,
 )
-from sweeper.redact import redact_argv as safe_argv
 from sweeper.schema import check_run_id
 from sweeper.store import DEFAULT_TRACES_DIR
 
@@ -127,12 +126,6 @@ class RecordConfig:
 
     def warmup_for(self, concurrency: int) -> int:
         return concurrency if self.warmup is None else self.warmup
-
-
-def redact_argv(argv: list[str], secret: str | None = None) -> list[str]:
-    """The command line safe to store (:func:`sweeper.redact.redact_argv`: option values named
-    like keys, Authorization headers, URL credentials and ``secret`` masked)."""
-    return safe_argv(argv, secret)
 
 
 def default_run_id(model: str, now: datetime) -> str:

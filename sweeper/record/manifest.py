@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ConfigError
-from sweeper.record.config import LIBRARIES, USER_SERVER_FACTS, RecordConfig, redact_argv
+from sweeper.record.config import LIBRARIES, USER_SERVER_FACTS, RecordConfig
 from sweeper.record.serverinfo import ServerInfo, server_facts, version_fact
 from sweeper.record.workload import completion_body
+from sweeper.redact import redact_argv
 from sweeper.schema import (
     Client,
     ClockOrigin,
