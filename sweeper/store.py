@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
+import operator
 import os
 import shutil
 import tempfile
@@ -509,7 +511,7 @@ def _sound_requests(lines: list[_Numbered], problems: list[str]) -> list[Request
     first: dict[tuple[int, str], _Numbered] = {}
     for line in lines:
         trace = line.record
-        wrong = bad_times_of(trace)
+        wrong = _bad_times(trace)
         if wrong is not None:
             bad_times.append(
                 f"{line.where}: request {trace.request_id!r} (C={trace.concurrency}): {wrong}; "
@@ -534,7 +536,7 @@ def _sound_requests(lines: list[_Numbered], problems: list[str]) -> list[Request
     return kept
 
 
-def bad_times_of(trace: RequestTrace) -> str | None:
+def _bad_times(trace: RequestTrace) -> str | None:
     """What is impossible about a request's times (a chunk before its send, chunks out of
     order, an end before the send, a first token after the end), or None. Times after the send
     are ``>= 0`` and a request's chunks arrive in order (equal times: one read)."""
@@ -542,7 +544,8 @@ def bad_times_of(trace: RequestTrace) -> str | None:
     if chunks:
         if chunks[0] < 0:
             return f"chunk 0 arrives {chunks[0]} ns, before its request was sent"
-        if chunks != sorted(chunks):
+        # one pass at C speed, no sorted copy per request; the index only when one goes back
+        if any(map(operator.gt, chunks, itertools.islice(chunks, 1, None))):
             i = next(i for i in range(1, len(chunks)) if chunks[i] < chunks[i - 1])
             return (
                 f"chunk times go back: chunk {i} at {chunks[i]} ns after chunk {i - 1} at "

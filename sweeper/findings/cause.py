@@ -19,7 +19,6 @@ from sweeper.analysis.tail_signature import (
     UNEXPLAINED,
     GapAttribution,
     StallSignature,
-    gap_attribution,
     stall_signature,
 )
 from sweeper.analysis.thresholds import Thresholds
@@ -170,16 +169,7 @@ def _attribute(
     preemption count (levels on separate servers each have theirs)."""
     if data.requests is None or data.gaps is None or data.gaps.empty:
         return None
-    found = [
-        a
-        for c in opened
-        if (
-            a := gap_attribution(
-                c, data.requests, data.gaps, data.server_value(c, "preemptions_delta"), th
-            )
-        )
-        is not None
-    ]
+    found = [a for c in opened if (a := data.attribution(c, th)) is not None]
     return found if any(a.long_gaps for a in found) else None
 
 

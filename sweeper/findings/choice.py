@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sweeper.analysis.tail_signature import PREEMPTION, PREFILL, UNEXPLAINED, gap_attribution
+from sweeper.analysis.tail_signature import PREEMPTION, PREFILL, UNEXPLAINED
 from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE, Thresholds
 from sweeper.findings._words import (
     Join,
@@ -544,15 +544,7 @@ _STALL_PARTS = {
 def _stall_shares(data: RunFrames, concurrency: int, th: Thresholds) -> dict[str, float] | None:
     """How the time the long gaps add at one level splits between their causes, by the same
     attribution as the tail-cause finding; None without per-chunk gaps there."""
-    if data.requests is None or data.gaps is None or data.gaps.empty:
-        return None
-    found = gap_attribution(
-        concurrency,
-        data.requests,
-        data.gaps,
-        data.server_value(concurrency, "preemptions_delta"),
-        th,
-    )
+    found = data.attribution(concurrency, th)
     if found is None or found.total_excess_ms <= 0:
         return None
     return {k: v / found.total_excess_ms for k, v in found.excess_ms.items()}

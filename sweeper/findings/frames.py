@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from sweeper.analysis.frames import gap_frame, level_frame, request_frame, request_tokens
 from sweeper.analysis.server_frames import server_level_frame
+from sweeper.analysis.tail_signature import GapAttribution, gap_attribution
+from sweeper.analysis.thresholds import Thresholds
 from sweeper.facts.complete import complete_facts
 from sweeper.facts.serverlog import parse_server_log
 from sweeper.schema import RunManifest, fact_value
@@ -54,6 +56,10 @@ class RunFrames:
     # are then per token and the chunk gaps are kept as ``chunk_itl_*_ms`` (see per_token).
     tokens_per_chunk: float = math.nan
     itl_per_token: bool = False
+    # gap_attribution per (level, thresholds): tail_cause and long_input both read it
+    _attributions: dict[tuple[int, Thresholds], GapAttribution | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.levels = self.levels.sort_values("concurrency").reset_index(drop=True)
@@ -69,6 +75,19 @@ class RunFrames:
 
     def server_value(self, concurrency: int, name: str) -> float:
         return level_cell(self.server, concurrency, name)
+
+    def attribution(self, concurrency: int, th: Thresholds) -> GapAttribution | None:
+        """The long gaps of one level blamed on their causes
+        (:func:`~sweeper.analysis.tail_signature.gap_attribution`, with the level's own
+        server's preemption count), computed once; None without per-chunk gaps."""
+        key = (concurrency, th)
+        if key not in self._attributions:
+            found = None
+            if self.requests is not None and self.gaps is not None and not self.gaps.empty:
+                preempted = self.server_value(concurrency, "preemptions_delta")
+                found = gap_attribution(concurrency, self.requests, self.gaps, preempted, th)
+            self._attributions[key] = found
+        return self._attributions[key]
 
     def chunk_gap(self, concurrency: int, stat: str) -> float:
         """The gap between chunks at one level (``p50``...), whatever a chunk carried: what a
