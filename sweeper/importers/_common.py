@@ -374,8 +374,8 @@ def _keep_per_level(
     :func:`set_level_fact` instead of by whichever log came last."""
     config = manifest.server.config
     for name in type(config).model_fields:
-        if name == "extra":
-            continue
+        if name == "extra" or f"{name}_per_level" in config.extra:
+            continue  # already kept per level (from the levels' commands), and said so
         facts = {
             c: f for c, log in zip(levels, logs, strict=True) if (f := getattr(log.config, name))
         }

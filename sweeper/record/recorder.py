@@ -64,7 +64,7 @@ from sweeper.record.workload import (
     completion_body,
     request_id,
 )
-from sweeper.redact import Redactor
+from sweeper.redact import Redactor, run_secrets
 from sweeper.schema import (
     METRICS_FILE,
     LevelAttempt,
@@ -402,6 +402,13 @@ def _worker_pool(run: _Run, headers: dict[str, str], http_client: str) -> Worker
         headers=headers,
         max_connections=max(run.manifest.workload.concurrency_levels),
         http_client=http_client,
+        secrets=tuple(
+            run_secrets(
+                api_key=config.api_key,
+                urls=[config.base_url, *(config.metrics_urls or [])],
+                headers=headers,
+            )
+        ),
     )
     return WorkerPool(config.workers, settings, run.warn)
 

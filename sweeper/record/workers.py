@@ -66,6 +66,9 @@ class WorkerSettings:
     headers: dict[str, str]
     max_connections: int
     http_client: str = "raw"  # "raw": sweeper.record.http streams; "httpx": the httpx pool
+    # What the run's writer masks (the key, the URLs' user info, the headers' values): the
+    # workers' writers mask the same
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass
@@ -246,7 +249,7 @@ async def _worker_loop(
     writer = TraceSetWriter(
         Path(settings.folder),
         requests_name=worker_requests_name(index),
-        redactor=Redactor.for_run(headers=settings.headers),
+        redactor=Redactor(settings.secrets),
     )
     streamer: StreamClient
     if settings.http_client == "raw":
