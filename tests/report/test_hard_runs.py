@@ -5,7 +5,6 @@ path, labels, counts of one."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -257,7 +256,10 @@ def test_reports_can_be_rendered_again_from_the_slim_cache(tmp_path: Path) -> No
     entry = site.load_entry(folder, tmp_path / "cache")
     slim = site._read_cached(next((tmp_path / "cache").glob("*.pickle")))
     assert slim is not None and slim.run is not None and not slim.run.done.complete
-    assert dataclasses.replace(entry).run is not None
+    assert slim.run.requests.empty  # slim: the requests are not kept
+    # rendered again from the cache alone, the index still marks the run incomplete
+    assert "(incomplete)" in site.render_index([slim], {}, "en")
+    assert entry.run is not None and "(incomplete)" in site.render_index([entry], {}, "en")
 
 
 def test_terminal_escapes_from_a_server_log_never_reach_a_page(tmp_path: Path) -> None:
