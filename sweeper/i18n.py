@@ -94,3 +94,14 @@ def fmt_percent(fraction: float, lang: str, digits: int = 1) -> str:
 
 def fmt_date(value: datetime, lang: str) -> str:
     return format_date(value, format="long", locale=babel_locale(lang))
+
+
+def level_label(level: int, rate_rps: float | None, lang: str) -> str:
+    """A level as a reader names it: ``C=16`` (closed loop), or its offered rate, ``4 req/s`` /
+    ``4 请求/秒`` (open loop; ``inf``: everything sent at once)."""
+    if rate_rps is None:
+        return f"C={level}"
+    zh = check_language(lang) == "zh"
+    if rate_rps == float("inf"):
+        return "全部同时发送" if zh else "all at once"
+    return f"{fmt_number(rate_rps, lang, 2)} " + ("请求/秒" if zh else "req/s")

@@ -250,6 +250,58 @@ class Workload(_Model):
     request_params: dict[str, Any] = Field(
         default_factory=dict, description="Extra sampling parameters sent with each request."
     )
+    # Open loop (``--request-rate``): each level is an offered rate, not a number of streams.
+    load: Literal["concurrency", "rate"] = Field(
+        default="concurrency",
+        description='"concurrency": closed loop, each level keeps C streams busy; "rate": open '
+        "loop, each level sends on a schedule of arrivals whatever the server does. A rate "
+        "level's key (``concurrency`` in the traces and levels) is its 1-based position in "
+        "``request_rates``.",
+    )
+    request_rates: dict[str, float] = Field(
+        default_factory=dict,
+        description="Rate levels: offered requests/s by str(level key); Infinity = all at once.",
+    )
+    arrival: Literal["poisson", "constant", "gamma", "trace"] | None = Field(
+        default=None, description="How a rate level's arrivals are spaced (trace: a replay)."
+    )
+    burstiness: float | None = Field(
+        default=None, description="Gamma shape of the gaps between arrivals (1 = Poisson)."
+    )
+    max_concurrency: int | None = Field(
+        default=None, description="Cap on requests in flight at a rate level (None: no cap)."
+    )
+    duration_s: float | None = Field(
+        default=None, description="Seconds of arrivals per level (--duration), when given."
+    )
+    dataset: str | None = Field(
+        default=None,
+        description='Where prompts came from: "random", "sharegpt:<file>", "jsonl:<file>", '
+        '"mooncake:<file>" (the file name as given).',
+    )
+    dataset_sha256: str | None = Field(default=None, description="SHA-256 of the dataset file.")
+    input_len_range: float | None = Field(
+        default=None, description="Prompt lengths uniform in [L(1-R), L(1+R)] (--input-len-range)."
+    )
+    output_len_range: float | None = Field(
+        default=None, description="Output lengths uniform in [L(1-R), L(1+R)]."
+    )
+    sessions: int | None = Field(default=None, description="Multi-turn: conversations per level.")
+    turns: int | None = Field(default=None, description="Multi-turn: turns per conversation.")
+    think_time_ms: float | None = Field(
+        default=None, description="Multi-turn: wait between an answer and the next turn."
+    )
+    trace_speedup: float | None = Field(
+        default=None, description="Trace replay: timestamps divided by this (2 = twice as fast)."
+    )
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load == "rate"
+
+    def offered_rate(self, level: int) -> float | None:
+        """The offered requests/s of a rate level (inf: all at once); None for concurrency."""
+        return self.request_rates.get(str(level)) if self.open_loop else None
 
 
 class LoopLag(_Model):
@@ -314,7 +366,7 @@ class LevelAttempt(_Model):
 class LevelStatus(_Model):
     """Bookkeeping of one concurrency level, so an interrupted sweep can be resumed."""
 
-    concurrency: int
+    concurrency: int = Field(description="The level's key: C, or a rate level's position.")
     status: Literal["pending", "running", "complete", "interrupted", "aborted"] = "pending"
     start_ns: int | None = None
     end_ns: int | None = None
@@ -443,6 +495,19 @@ class RequestTrace(_Model):
         ),
     )
     worker: int | None = Field(default=None, description="Recorder worker process, if several.")
+    scheduled_ns: int | None = Field(
+        default=None,
+        description="Open loop: when the schedule said to send, ns after the run's clock origin "
+        "(send_ns - scheduled_ns is the client's queue). None in a closed loop.",
+    )
+    session: int | None = Field(default=None, description="Multi-turn: the conversation.")
+    turn: int | None = Field(default=None, description="Multi-turn: 1-based turn in it.")
+    asked_input_tokens: int | None = Field(
+        default=None, description="Prompt tokens this request asked for, where lengths vary."
+    )
+    asked_output_tokens: int | None = Field(
+        default=None, description="Output tokens this request asked for, where lengths vary."
+    )
 
     @field_validator("server_timing", mode="before")
     @classmethod
