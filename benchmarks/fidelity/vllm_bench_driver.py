@@ -8,8 +8,11 @@ benchmark's own ``add_cli_args`` / ``main`` (the code behind ``vllm bench serve`
 and reports the monotonic window of each level, so the caller can select the server's truth.
 
 Usage: python vllm_bench_driver.py LEVELS_JSON -- <vllm bench serve arguments without
---max-concurrency / --num-prompts>; LEVELS_JSON is ``[[concurrency, num_prompts], ...]``.
-Each level prints ``FIDELITY {"concurrency": C, "start_ns": ..., "end_ns": ..., "result": {...}}``.
+--max-concurrency / --num-prompts>; LEVELS_JSON is ``[[concurrency, num_prompts], ...]``, or
+``[{"name": "rate-10", "args": ["--request-rate", "10", "--num-prompts", "50"]}, ...]`` for levels
+given by their own arguments (the scheduling benchmark's request rates).
+Each level prints ``FIDELITY {"concurrency": C, "start_ns": ..., "end_ns": ..., "result": {...}}``
+(``"name"`` instead of ``"concurrency"`` for a level given by its arguments).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 
 RESULT_KEYS = (
     "completed",
+    "request_throughput",
     "failed",
     "total_output_tokens",
     "duration",
@@ -48,18 +52,23 @@ def main() -> None:
     from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    for concurrency, num_prompts in levels:
+    for level in levels:
+        if isinstance(level, dict):
+            key: dict[str, object] = {"name": level["name"]}
+            extra = [str(a) for a in level["args"]]
+        else:
+            concurrency, num_prompts = level
+            key = {"concurrency": concurrency}
+            extra = ["--max-concurrency", str(concurrency), "--num-prompts", str(num_prompts)]
         parser = FlexibleArgumentParser()
         add_cli_args(parser)
-        args = parser.parse_args(
-            [*rest, "--max-concurrency", str(concurrency), "--num-prompts", str(num_prompts)]
-        )
+        args = parser.parse_args([*rest, *extra])
         cpu_before = _cpu_s()
         start_ns = time.monotonic_ns()
         result = bench_main(args)
         end_ns = time.monotonic_ns()
         line = {
-            "concurrency": concurrency,
+            **key,
             "start_ns": start_ns,
             "end_ns": end_ns,
             "cpu_s": _cpu_s() - cpu_before,
