@@ -5,6 +5,8 @@ trace set, before the findings).
   or cut short, the command that resumes it);
 - :mod:`~sweeper.analysis.frames`: per request, per gap, per level (``level_frame``); every
   column is named ``<metric>_<stat>_<unit>`` (``ttft_p99_ms``);
+- :mod:`~sweeper.analysis.slo`: service-level terms (``ttft_p99<=2s``) and which requests meet
+  them (goodput);
 - :mod:`~sweeper.analysis.server_frames`: the server's Prometheus samples and log lines, per
   level (``server_level_frame``);
 - :mod:`~sweeper.analysis.summary`: ``summarize``, the JSON contract of ``sweeper summary``;
@@ -15,4 +17,4 @@ The submodules are imported where they are used (``from sweeper.analysis.frames 
 level_frame``): the recorder reads the thresholds without loading pandas.
 """
 
-__all__ = ["completeness", "frames", "server_frames", "summary", "tail_signature", "thresholds"]
+__all__ = ["completeness", "frames", "server_frames", "slo", "summary", "tail_signature", "thresholds"]

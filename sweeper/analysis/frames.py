@@ -36,6 +36,7 @@ from itertools import chain, pairwise
 import numpy as np
 import pandas as pd
 
+from sweeper.analysis.slo import SLO, as_slos, requests_meeting
 from sweeper.schema import (
     RECORDER_TOOL,
     LevelStatus,
@@ -73,7 +74,17 @@ REQUEST_COLUMNS = [
     # added after the first contract (never renamed or removed):
     "finish_reason",
     "multi_token_chunks",
+    # open loop, multi-turn and varied lengths (NaN where a request has none):
+    "scheduled_s",
+    "client_queue_ms",
+    "ttft_sched_ms",
+    "e2el_sched_ms",
+    "session",
+    "turn",
+    "asked_input_tokens",
+    "asked_output_tokens",
 ]
+TURN_COLUMNS = ["concurrency", "turn", "requests", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms"]
 
 GAP_COLUMNS = ["concurrency", "request_id", "at_s", "itl_ms", "tokens", "gap_index"]
 
@@ -153,6 +164,7 @@ def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
     end_ns = np.fromiter((_or_nan(r.end_ns) for r in rows), dtype=float, count=n)
     send_ns = np.fromiter((r.send_ns for r in rows), dtype=float, count=n)
     ok = np.fromiter((r.status == "ok" for r in rows), dtype=bool, count=n)
+    scheduled_ns = np.fromiter((_or_nan(r.scheduled_ns) for r in rows), dtype=float, count=n)
 
     # Failed requests are counted, never timed.
     ttft_ns = np.where(ok, first_chunk, _NAN)
@@ -166,6 +178,8 @@ def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
             (out_tokens > 1) & (decode_ns > 0), (out_tokens - 1) / (decode_ns / NS_PER_S), _NAN
         )
         gen_tok_s = np.where(e2el_ns > 0, out_tokens / (e2el_ns / NS_PER_S), _NAN)
+    # Open loop: the user waited from when the schedule said to send, not from the actual send.
+    queue_ms = (send_ns - scheduled_ns) / NS_PER_MS
     errors = [r.error for r in rows]
     return pd.DataFrame(
         {
@@ -187,6 +201,18 @@ def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
             "gen_tok_s": gen_tok_s,
             "finish_reason": [r.finish_reason for r in rows],
             "multi_token_chunks": multi,
+            "scheduled_s": scheduled_ns / NS_PER_S,
+            "client_queue_ms": queue_ms,
+            "ttft_sched_ms": queue_ms + ttft_ns / NS_PER_MS,
+            "e2el_sched_ms": queue_ms + e2el_ns / NS_PER_MS,
+            "session": np.fromiter((_or_nan(r.session) for r in rows), dtype=float, count=n),
+            "turn": np.fromiter((_or_nan(r.turn) for r in rows), dtype=float, count=n),
+            "asked_input_tokens": np.fromiter(
+                (_or_nan(r.asked_input_tokens) for r in rows), dtype=float, count=n
+            ),
+            "asked_output_tokens": np.fromiter(
+                (_or_nan(r.asked_output_tokens) for r in rows), dtype=float, count=n
+            ),
         }
     )
 
@@ -269,36 +295,49 @@ def gpus_of(ts: TraceSet | RunManifest) -> int:
 def level_frame(
     ts: TraceSet,
     *,
-    slos: Mapping[str, float] | None = None,
+    slos: Sequence[SLO] | Mapping[str, float] | None = None,
     requests: pd.DataFrame | None = None,
     gaps: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per concurrency level, sorted by concurrency.
+    """One row per level (its key: C, or a rate level's position), sorted by key.
 
-    Columns: concurrency, requests, completed, failed, duration_s, output_throughput_tok_s,
-    request_throughput_rps, total_token_throughput_tok_s, output_throughput_per_gpu_tok_s,
-    ``<metric>_<stat>_ms`` for metric in ttft / tpot / itl / e2el and stat in mean / p50 / p90 /
-    p95 / p99 (``ttft_p99_ms``), decode_mean_tok_s / decode_p50_tok_s, gen_mean_tok_s /
-    gen_p50_tok_s, prompt_tokens_mean,
-    output_tokens_mean, multi_token_gap_share, and goodput_rps when ``slos`` is given
-    (e.g. ``{"ttft_ms": 500, "tpot_ms": 50}``: a request counts when every value is <= its bound).
+    Columns: concurrency (the key), requests, completed, failed, duration_s,
+    output_throughput_tok_s, request_throughput_rps, total_token_throughput_tok_s,
+    output_throughput_per_gpu_tok_s, ``<metric>_<stat>_ms`` for metric in ttft / tpot / itl /
+    e2el and stat in mean / p50 / p90 / p95 / p99 (``ttft_p99_ms``), decode_mean_tok_s /
+    decode_p50_tok_s, gen_mean_tok_s / gen_p50_tok_s, prompt_tokens_mean,
+    output_tokens_mean, multi_token_gap_share.
     Added since: cancelled, output_tokens_total, prompt_tokens_total, gaps, basis (``requests``,
     ``requests+tool_duration`` or ``tool_summary``: where the row's numbers come from), and
     output_len_mismatches / input_len_mismatches (completed requests whose server-reported token
-    count differs from the workload's asked length; NaN when no fixed length was asked),
+    count differs from what was asked: the request's own asked length where lengths vary, else
+    the workload's fixed one; NaN when nothing was asked),
     paused_s (spans with no request in flight left out of duration_s, in sweeper's own
-    recordings; NaN for other tools': :func:`running_time`),
+    closed-loop recordings; NaN for other tools' and open loops: :func:`running_time`),
     inflight_mean (the time-weighted mean of requests in flight over duration_s) and
     inflight_max (NaN for both where the send times are not the recording's own).
+    Open loop: offered_rate_rps (the level's rate; inf: all at once; NaN for concurrency
+    levels), achieved_rate_rps ((measured requests - 1) / (last send - first send), every level;
+    NaN under 2 requests or where send times were reconstructed), ``client_queue_{mean,p50,p90,
+    p99}_ms`` (send - scheduled), ``ttft_sched_<stat>_ms`` and ``e2el_sched_<stat>_ms``
+    (TTFT / E2EL from the schedule; NaN for all of these in a closed loop).
+    With ``slos`` (:class:`~sweeper.analysis.slo.SLO` terms, or the older mapping
+    ``{"ttft_ms": 500}`` of per-request bounds): goodput_rps (completed requests per second of
+    duration_s meeting every term, :func:`~sweeper.analysis.slo.requests_meeting`) and
+    slo_met_share (those requests / the level's measured requests, failures included); NaN for
+    both where a term cannot be judged (an itl term on a level without chunk times).
     """
     req = request_frame(ts) if requests is None else requests
     gap = gap_frame(ts) if gaps is None else gaps
+    terms = as_slos(slos)
     source = ts.manifest.source
+    asked = ts.manifest.workload
     n_gpu = gpus_of(ts)
     rows: list[dict[str, float | int | str]] = []
     gap_conc = gap["concurrency"].to_numpy()
     gap_itl = gap["itl_ms"].to_numpy(dtype=float)
     gap_tokens = gap["tokens"].to_numpy()
+    gap_rid = gap["request_id"].to_numpy()
     for conc, grp in req.groupby("concurrency", sort=True):
         level = int(conc)
         in_level = gap_conc == level
@@ -309,14 +348,24 @@ def level_frame(
             gap_tokens[in_level],
             tool=source.summaries.get(str(level), {}),
             tool_duration=source.send_times == "reconstructed",
-            closed_loop=source.tool == RECORDER_TOOL,
+            # An open loop idles between arrivals by design: no span of it is a pause.
+            closed_loop=source.tool == RECORDER_TOOL and not asked.open_loop,
             breaks=attempt_breaks(ts.manifest.level(level)),
-            slos=slos,
         )
-        asked = ts.manifest.workload
         ok = grp[grp["status"] == "ok"]
-        row["output_len_mismatches"] = _mismatches(ok["output_tokens"], asked.output_len)
-        row["input_len_mismatches"] = _mismatches(ok["prompt_tokens"], asked.input_len)
+        row["output_len_mismatches"] = _mismatches(
+            ok["output_tokens"], _asked(ok, "asked_output_tokens", asked.output_len)
+        )
+        row["input_len_mismatches"] = _mismatches(
+            ok["prompt_tokens"], _asked(ok, "asked_input_tokens", asked.input_len)
+        )
+        row.update(_schedule_columns(grp, ok, sends_known=source.send_times != "reconstructed"))
+        if terms:
+            row.update(
+                _goodput_columns(
+                    grp, terms, gap_rid[in_level], gap_itl[in_level], float(row["duration_s"])
+                )
+            )
         rows.append(row)
     seen = {int(r["concurrency"]) for r in rows}
     for key, summary in source.summaries.items():
@@ -326,7 +375,103 @@ def level_frame(
         return pd.DataFrame(columns=["concurrency", "requests", "completed", "failed"])
     frame = pd.DataFrame(rows).sort_values("concurrency", kind="stable").reset_index(drop=True)
     frame["output_throughput_per_gpu_tok_s"] = frame["output_throughput_tok_s"] / n_gpu
+    for column in (*SCHEDULE_COLUMNS, *(GOODPUT_COLUMNS if terms else ())):
+        if column not in frame.columns:  # every row from a tool's summary
+            frame[column] = _NAN
+    rates = [asked.offered_rate(int(k)) for k in frame["concurrency"]]
+    frame["offered_rate_rps"] = [_NAN if r is None else float(r) for r in rates]
     return frame
+
+
+QUEUE_STATS = ("mean", "p50", "p90", "p99")
+SCHEDULE_COLUMNS = (
+    "offered_rate_rps",
+    "achieved_rate_rps",
+    *(f"client_queue_{s}_ms" for s in QUEUE_STATS),
+    *(latency_column("ttft_sched_ms", s) for s in STAT_NAMES),
+    *(latency_column("e2el_sched_ms", s) for s in STAT_NAMES),
+)
+GOODPUT_COLUMNS = ("goodput_rps", "slo_met_share")
+
+
+def _schedule_columns(
+    grp: pd.DataFrame, ok: pd.DataFrame, *, sends_known: bool
+) -> dict[str, float]:
+    """The achieved rate of a level and, in an open loop, its client queue and the latencies
+    from the schedule (NaN in a closed loop: no request has a scheduled time)."""
+    sends = grp["send_s"].to_numpy(dtype=float)
+    sends = sends[np.isfinite(sends)]
+    span = float(sends.max() - sends.min()) if sends.size >= 2 else 0.0
+    row = {"achieved_rate_rps": (sends.size - 1) / span if sends_known and span > 0 else _NAN}
+    queue = stats(_values(grp, "client_queue_ms"))
+    for stat in QUEUE_STATS:
+        row[f"client_queue_{stat}_ms"] = queue[stat]
+    for metric in ("ttft_sched_ms", "e2el_sched_ms"):
+        for stat, value in stats(_values(ok, metric)).items():
+            row[latency_column(metric, stat)] = value
+    return row
+
+
+def _goodput_columns(
+    grp: pd.DataFrame,
+    terms: Sequence[SLO],
+    gap_rid: np.ndarray,
+    gap_itl: np.ndarray,
+    duration: float,
+) -> dict[str, float]:
+    """goodput_rps and slo_met_share of one level (see :func:`level_frame`)."""
+    owner = None
+    if any(t.metric == "itl" for t in terms):
+        if gap_itl.size == 0 and (grp["chunks"].to_numpy() == 0).any():
+            return dict.fromkeys(GOODPUT_COLUMNS, _NAN)  # no chunk times: ITL unknown
+        row_of = pd.Series(np.arange(len(grp)), index=grp["request_id"].to_numpy())
+        row_of = row_of[~row_of.index.duplicated()]
+        owner = row_of.reindex(gap_rid).fillna(-1).to_numpy(dtype=np.int64)
+    good = int(requests_meeting(grp, terms, gap_owner=owner, gap_itl_ms=gap_itl).sum())
+    return {
+        "goodput_rps": good / duration if finite(duration) and duration > 0 else _NAN,
+        "slo_met_share": good / len(grp) if len(grp) else _NAN,
+    }
+
+
+def _values(frame: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in frame.columns:  # a request frame built before the column existed
+        return np.zeros(0)
+    return frame[column].to_numpy(dtype=float)
+
+
+def _asked(ok: pd.DataFrame, column: str, fixed: int | None) -> np.ndarray:
+    """What each completed request asked for: its own length where lengths vary, else the
+    workload's fixed one (NaN where neither)."""
+    own = _values(ok, column)
+    if own.size != len(ok):
+        own = np.full(len(ok), _NAN)
+    return np.where(np.isfinite(own), own, _NAN if fixed is None else float(fixed))
+
+
+def turn_frame(requests: pd.DataFrame) -> pd.DataFrame:
+    """TTFT by turn of a multi-turn run: one row per (level, turn) with the requests of that
+    turn and the mean / p50 / p90 TTFT (from the send: what the server's prefix cache changes)
+    of the completed ones. ``requests`` is :func:`request_frame`; empty without turns."""
+    if "turn" not in requests.columns:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in TURN_COLUMNS})
+    with_turn = requests[np.isfinite(requests["turn"].to_numpy(dtype=float))]
+    if with_turn.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in TURN_COLUMNS})
+    rows = []
+    for (conc, turn), grp in with_turn.groupby(["concurrency", "turn"], sort=True):
+        ttft = stats(grp.loc[grp["status"] == "ok", "ttft_ms"].to_numpy(dtype=float))
+        rows.append(
+            {
+                "concurrency": int(conc),
+                "turn": int(turn),
+                "requests": len(grp),
+                "ttft_mean_ms": ttft["mean"],
+                "ttft_p50_ms": ttft["p50"],
+                "ttft_p90_ms": ttft["p90"],
+            }
+        )
+    return pd.DataFrame(rows, columns=TURN_COLUMNS)
 
 
 # A span with no request of a level in flight is a pause (an interrupted level resumed later, a
@@ -397,14 +542,15 @@ def running_time(
     return RunningTime(paused, float((end - start).sum()), inflight)
 
 
-def _mismatches(tokens: pd.Series, asked: int | None) -> float:
+def _mismatches(tokens: pd.Series, asked: np.ndarray) -> float:
     """Completed requests whose server-reported token count differs from what was asked
-    (NaN when nothing fixed was asked or the server reported no usage)."""
+    (``asked``: per request, NaN where nothing was asked; NaN when no request can be compared:
+    nothing asked, or the server reported no usage)."""
     values = tokens.to_numpy(dtype=float)
-    values = values[np.isfinite(values)]
-    if asked is None or values.size == 0:
+    both = np.isfinite(values) & np.isfinite(asked)
+    if not both.any():
         return _NAN
-    return float((values != asked).sum())
+    return float((values[both] != asked[both]).sum())
 
 
 def _level_row(
@@ -417,7 +563,6 @@ def _level_row(
     tool_duration: bool,
     closed_loop: bool,
     breaks: Sequence[tuple[float, float]] = (),
-    slos: Mapping[str, float] | None,
 ) -> dict[str, float | int | str]:
     ok_mask = (grp["status"] == "ok").to_numpy()
     ok = grp[ok_mask]
@@ -477,11 +622,6 @@ def _level_row(
         row[f"{speed}_p50_tok_s"] = s["p50"]
     row["prompt_tokens_mean"] = float(ok["prompt_tokens"].mean()) if len(ok) else _NAN
     row["output_tokens_mean"] = float(ok["output_tokens"].mean()) if len(ok) else _NAN
-    if slos:
-        good = np.ones(len(ok), dtype=bool)
-        for metric, bound in slos.items():
-            good &= ok[metric].to_numpy(dtype=float) <= bound
-        row["goodput_rps"] = float(good.sum()) / duration if has_time else _NAN
     row["basis"] = basis
     return row
 
