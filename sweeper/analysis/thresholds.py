@@ -36,6 +36,23 @@ class Thresholds:
     """The knee: the first step between levels where each added concurrency slot brings less
     than this fraction of the single stream's tok/s."""
 
+    # 3, open loop (a rate sweep): the saturation rate
+    saturation_follow_fraction: float = 0.9
+    """A rate level whose completed (or sent) requests per second fall below this fraction of
+    the offered rate: the server (or the client) no longer keeps up with the schedule."""
+    saturation_client_queue_ms: float = 100.0
+    """p90 client queue (sent - scheduled) at or above this (ms): requests wait in the client
+    before they are sent (a --max-concurrency cap full, or the client itself behind)."""
+    saturation_server_waiting: float = 1.0
+    """The server's waiting queue at or above this many requests on average over a level: it
+    admits requests more slowly than they arrive."""
+    saturation_latency_growth: float = 3.0
+    """p50 TTFT measured from the schedule at or above this x the lowest rate's: requests queue
+    somewhere (the weakest of the signs: prefill interference also lengthens TTFT)."""
+    rate_single_stream_inflight: float = 1.5
+    """In a rate sweep, a lowest level with at most this many requests in flight on average
+    stands for a single stream (the roofline's measurement)."""
+
     # 4. ITL tail
     itl_tail_ratio: float = 3.0
     """p99 ITL / p50 ITL at or above this: the tail has opened (a few gaps are many times the
@@ -83,6 +100,10 @@ class Thresholds:
     """... and p50 ITL at most this."""
     ttft_doubling_band: tuple[float, float] = (1.8, 2.2)
     """A p99 TTFT ratio inside this band is said to "double"."""
+    goodput_attainment: float = 0.9
+    """A rate run's operating point (and each row of its SLO table): the level with the most
+    goodput among those where at least this share of the measured requests met the service
+    level (DistServe's attainment; TTFT and E2EL counted from the schedule)."""
 
     # 10. long inputs
     long_input_tokens: int = 8192

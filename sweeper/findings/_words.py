@@ -8,18 +8,46 @@ Private to the findings package; the rule modules import its public names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from sweeper.findings.frames import RunFrames
+from sweeper.findings.levels import (
+    LevelRates,
+    level_name,
+    level_rates,
+    level_template,
+    rate_placeholders,
+)
 from sweeper.findings.model import SLO, Finding
 from sweeper.i18n import LANGUAGES, N_, fmt_number, fmt_percent, gettext, join_list
 from sweeper.units import GIB, MS_PER_S, finite
 
 DOMAIN = "findings"
+
+# The offered rates of the run being analysed (empty: a closed loop), so that every sentence
+# names a rate level by its rate (:func:`format_message`) without each rule passing it on.
+_RATES: ContextVar[LevelRates | None] = ContextVar("sweeper_findings_level_rates", default=None)
+
+
+@contextmanager
+def named_levels(data: RunFrames) -> Iterator[None]:
+    """While analysing ``data``: its levels are named by their offered rates (a rate run)."""
+    token = _RATES.set(level_rates(data.manifest))
+    try:
+        yield
+    finally:
+        _RATES.reset(token)
+
+
+def rates_now() -> LevelRates:
+    """The offered rates the sentences are written with now (empty: closed loop)."""
+    return _RATES.get() or {}
 
 
 class Value:
@@ -85,13 +113,24 @@ class Missing(Value):
 
 
 class Levels(Value):
-    """``C=8, C=16`` / ``C=8、C=16``."""
+    """``C=8, C=16`` / ``C=8、C=16`` (rate levels: ``2 req/s, 4 req/s``)."""
 
     def __init__(self, levels: Sequence[int]) -> None:
         self.levels = list(levels)
 
     def render(self, lang: str) -> str:
-        return join_list(lang, [f"C={c}" for c in self.levels])
+        rates = rates_now()
+        return join_list(lang, [level_name(c, rates, lang) for c in self.levels])
+
+
+@dataclass
+class Level(Value):
+    """One level by its whole name: ``C=16`` / ``4 req/s``."""
+
+    key: int
+
+    def render(self, lang: str) -> str:
+        return level_name(self.key, rates_now(), lang)
 
 
 class Share(Value):
@@ -139,8 +178,18 @@ def gib(n_bytes: float) -> Num:
 
 
 def format_message(lang: str, msgid: str, values: dict[str, Any]) -> str:
+    """The message in ``lang`` with its values; in a rate run a ``C={c}`` placeholder names the
+    level by its rate (``4 req/s``: :mod:`sweeper.findings.levels`)."""
     rendered = {k: v.render(lang) if isinstance(v, Value) else str(v) for k, v in values.items()}
-    return gettext(lang, DOMAIN, msgid).format(**rendered)
+    template = gettext(lang, DOMAIN, msgid)
+    rates = rates_now()
+    if rates:
+        for name in rate_placeholders(template):
+            value = values.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                rendered[name] = level_name(int(value), rates, lang)
+        template = level_template(template, rates)
+    return template.format(**rendered)
 
 
 class Text:

@@ -19,7 +19,7 @@ from sweeper.findings._words import (
     times,
     unknown,
 )
-from sweeper.findings.frames import RunFrames, request_lengths
+from sweeper.findings.frames import RunFrames, request_lengths, streams
 from sweeper.findings.model import Finding
 from sweeper.i18n import N_
 from sweeper.units import finite
@@ -87,7 +87,9 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     pool = _pool(capacity, inp, out)
     # Each level against its own server's pool where the pools differed.
     pools = data.level_facts("kv_cache_tokens")
-    occupancy = [c * pool.per_req / pools.get(c, capacity) for c in data.concurrencies]
+    # In flight: C in a closed loop, the measured mean in a rate run (its levels are rates).
+    need = [streams(data, c) * pool.per_req for c in data.concurrencies]
+    occupancy = [n / pools.get(c, capacity) for c, n in zip(data.concurrencies, need, strict=True)]
     observed = [data.server_value(c, "kv_usage_max") for c in data.concurrencies]
     if any(finite(v) for v in observed):
         uses.append("server KV usage per level")
@@ -99,8 +101,16 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     seqs_above = finite(max_seqs) and float(max_seqs) > pool.ceiling
     text = Text()
     _ceiling_words(text, pool, max_seqs, seqs_above=seqs_above)
-    _top_level_words(text, pool, data.concurrencies[-1], occupancy[-1], observed[-1])
-    full_at = _overcommit_words(text, pool, data.concurrencies, occupancy)
+    _top_level_words(text, data.concurrencies[-1], need[-1], occupancy[-1], observed[-1])
+    rate_run = data.manifest.workload.open_loop
+    full_at = _overcommit_words(text, pool, data.concurrencies, occupancy, rate_run=rate_run)
+    if rate_run:
+        text.add(
+            N_(
+                "In this rate sweep a level's need is its requests in flight, measured from the "
+                "trace (the time-weighted mean), times the tokens of one request."
+            )
+        )
     hits = [data.server_value(c, "prefix_cache_hit_rate") for c in data.concurrencies]
     best_hits = _prefix_cache_words(text, data, pool, hits, th)
     if best_hits is not None:
@@ -214,7 +224,7 @@ def _ceiling_words(text: Text, pool: _Pool, max_seqs: Any, *, seqs_above: bool) 
 
 
 def _top_level_words(
-    text: Text, pool: _Pool, top: int, occupancy_top: float, observed_top: float
+    text: Text, top: int, need_top: float, occupancy_top: float, observed_top: float
 ) -> None:
     """What the top level asks of the pool, and what the server saw there."""
     if finite(observed_top):
@@ -224,7 +234,7 @@ def _top_level_words(
                 "there was {obs}."
             ),
             c=top,
-            need=Num(top * pool.per_req, 0),
+            need=Num(need_top, 0),
             occ=Pct(occupancy_top),
             obs=Pct(observed_top),
         )
@@ -232,16 +242,16 @@ def _top_level_words(
         text.add(
             N_("At C={c} the requests need {need} tokens, {occ} of the pool."),
             c=top,
-            need=Num(top * pool.per_req, 0),
+            need=Num(need_top, 0),
             occ=Pct(occupancy_top),
         )
 
 
 def _overcommit_words(
-    text: Text, pool: _Pool, concurrencies: list[int], occupancy: list[float]
+    text: Text, pool: _Pool, concurrencies: list[int], occupancy: list[float], *, rate_run: bool
 ) -> int | None:
     """From which level the pool is over-committed (returned), else whether twice the top level
-    would be."""
+    would be (a closed loop: twice the rate says nothing of the requests in flight)."""
     full_at = next((c for c, o in zip(concurrencies, occupancy, strict=True) if o >= 1.0), None)
     top = concurrencies[-1]
     if full_at is not None:
@@ -253,7 +263,7 @@ def _overcommit_words(
             c=full_at,
             ceiling=pool.ceiling,
         )
-    elif 2 * top > pool.exact:
+    elif not rate_run and 2 * top > pool.exact:
         text.add(
             N_(
                 "C={c} would need {need} tokens, {times} the pool: that many requests cannot run at once."

@@ -179,13 +179,24 @@ class SingleStream:
     tok_s: float  # per stream
 
 
+def streams(data: RunFrames, level: int) -> float:
+    """Requests in flight at a level: C in a closed loop; in a rate run the time-weighted mean
+    measured from the trace (``inflight_mean``; NaN where the trace cannot say)."""
+    if not data.manifest.workload.open_loop:
+        return float(level)
+    return data.value(level, "inflight_mean")
+
+
 def single_stream(data: RunFrames) -> SingleStream | None:
+    """The rate per stream of the lowest level with a throughput (a rate run: per request in
+    flight, measured from the trace)."""
     tput = data.col("output_throughput_tok_s")
     if tput is None:
         return None
     for c, t in zip(data.concurrencies, tput, strict=True):
-        if finite(t) and t > 0:
-            return SingleStream(c, float(t) / c)
+        n = streams(data, c)
+        if finite(t) and t > 0 and finite(n) and n > 0:
+            return SingleStream(c, float(t) / n)
     return None
 
 

@@ -52,7 +52,7 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
     bw = data.fact("hardware.memory_bandwidth_gb_s")
     weight = data.fact("model.weight_bytes")
     kv = data.fact("model.kv_bytes_per_token")
-    missing = _roofline_missing(data, bw, weight)
+    missing = _roofline_missing(data, bw, weight, th)
     if missing:
         text = Text().add(
             N_(
@@ -81,6 +81,15 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
         gb=Num(per_token / GB, 2),
         ctx=Num(context, 0),
     )
+    if data.manifest.workload.open_loop:
+        text.add(
+            N_(
+                "In this rate sweep the lowest rate, C={c}, kept {n} requests in flight on average: "
+                "it stands for the single stream."
+            ),
+            c=1,
+            n=Num(data.value(1, "inflight_mean"), 2),
+        )
     return Finding(
         id="roofline",
         severity=_roofline_verdict(text, ratio, th),
@@ -105,13 +114,23 @@ def roofline(data: RunFrames, th: Thresholds) -> Finding:
     )
 
 
-def _roofline_missing(data: RunFrames, bw: Any, weight: Any) -> list[str]:
+def _roofline_missing(data: RunFrames, bw: Any, weight: Any, th: Thresholds) -> list[str]:
     missing = []
     if not finite(bw):
         missing.append(N_("the GPU's memory bandwidth (give --gpu)"))
     if not finite(weight):
         missing.append(N_("the model's weight bytes (give --model or --model-config)"))
-    if 1 not in data.concurrencies:
+    inflight = data.value(1, "inflight_mean")
+    if data.manifest.workload.open_loop and not (
+        finite(inflight) and inflight <= th.rate_single_stream_inflight
+    ):
+        missing.append(
+            N_(
+                "a single stream (the lowest rate of this rate sweep kept more than one request "
+                "in flight: record a concurrency-1 level)"
+            )
+        )
+    elif 1 not in data.concurrencies:
         missing.append(N_("a concurrency-1 level (the single stream)"))
     elif not finite(data.value(1, "output_throughput_tok_s")) and not finite(
         data.value(1, "decode_mean_tok_s")

@@ -1,0 +1,94 @@
+"""Findings of rate sweeps (open loop): levels named by their offered rate, the saturation rate as
+the knee, scaling against the offered rate, goodput for the operating point and the SLO table,
+the KV need from the requests in flight."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeper.findings import analyze_run, finding, findings_json
+from sweeper.store import load_trace_set
+from tests.findings.openloop import ToyServer, write_rate_run
+
+SATURATING = [2.0, 4.0, 8.0, 16.0, 32.0]  # the toy server completes ~11 req/s at most
+
+
+@pytest.fixture(scope="module")
+def saturating(tmp_path_factory: pytest.TempPathFactory) -> list:
+    root = tmp_path_factory.mktemp("rate")
+    return analyze_run(load_trace_set(write_rate_run(root, "rate-sat", SATURATING)))
+
+
+def test_the_knee_is_the_saturation_rate(saturating: list) -> None:
+    knee = finding(saturating, "knee")
+    assert ToyServer().capacity_rps == pytest.approx(11.1, abs=0.1)
+    assert knee.severity == "notice"
+    assert knee.levels == [3, 4]  # keys: between 8 and 16 req/s
+    n = knee.numbers
+    assert n["saturation_level"] == 4 and n["saturation_rate_rps"] == 16.0
+    assert n["last_kept_rate_rps"] == 8.0
+    assert "completed" in n["evidence"]
+    assert n["capacity_rps"] == pytest.approx(11.1, rel=0.1)
+    assert n["offered_rate_rps"] == {"3": 8.0, "4": 16.0}
+    en = knee.text["en"]
+    assert en.startswith("The server saturates between 8 req/s and 16 req/s")
+    assert "signs agree" in en  # completion rate and TTFT from the schedule
+    assert "在 8 请求/秒 与 16 请求/秒 之间饱和" in knee.text["zh"]
+
+
+def test_goodput_picks_the_point_below_saturation(saturating: list) -> None:
+    rec = finding(saturating, "recommended")
+    assert rec.numbers["basis"] == "goodput"
+    assert rec.numbers["concurrency"] == 3  # 8 req/s
+    # 16 req/s met the SLO in this short sweep, with more goodput, but it is saturated
+    assert rec.numbers["next"]["goodput_rps"] > rec.numbers["goodput_at_rps"]
+    assert "Run at 8 req/s" in rec.text["en"] and "past the saturation rate" in rec.text["en"]
+    table = finding(saturating, "slo_table")
+    assert table.numbers["basis"] == "goodput"
+    assert {r["concurrency"] for r in table.numbers["rows"]} == {3}
+    assert all(r["goodput_rps"] and r["slo_met_share"] >= 0.9 for r in table.numbers["rows"])
+
+
+def test_no_level_is_named_by_its_key(saturating: list) -> None:
+    for f in saturating:
+        for lang in ("en", "zh"):
+            assert "C=" not in f.text[lang], (f.id, f.text[lang])
+            assert "nan" not in f.text[lang].lower().replace("nanosec", ""), f.id
+    scaling = finding(saturating, "scaling")
+    assert scaling.text["en"].startswith("Throughput reaches")
+    assert "at 32 req/s" in scaling.text["en"]
+    assert findings_json("rate-sat", saturating)["findings"]  # JSON-safe
+
+
+def test_a_sweep_that_keeps_up_says_so(tmp_path: Path) -> None:
+    found = analyze_run(load_trace_set(write_rate_run(tmp_path, "rate-ok", [1.0, 2.0, 4.0])))
+    knee = finding(found, "knee")
+    assert knee.severity == "info" and knee.levels == []
+    assert knee.numbers["saturation_level"] is None
+    assert knee.text["en"].startswith("The server keeps up with every offered rate up to 4 req/s")
+    assert "/metrics" in knee.text["en"]  # no server queue was measured: said
+    rec = finding(found, "recommended")
+    assert rec.numbers["concurrency"] == 3
+    assert "highest rate swept" in rec.text["en"]
+
+
+def test_all_at_once_is_named(tmp_path: Path) -> None:
+    found = analyze_run(
+        load_trace_set(write_rate_run(tmp_path, "rate-inf", [2.0, 4.0, float("inf")]))
+    )
+    knee = finding(found, "knee")
+    assert knee.numbers["saturation_level"] == 3
+    assert "all at once" in knee.text["en"] and "全部同时发送" in knee.text["zh"]
+    assert knee.numbers["offered_rate_rps"]["3"] is None  # JSON has no inf
+
+
+def test_kv_need_is_the_requests_in_flight(tmp_path: Path) -> None:
+    path = write_rate_run(tmp_path, "rate-kv", SATURATING, kv_cache_tokens=4 * 288)
+    found = analyze_run(load_trace_set(path))
+    kv = finding(found, "kv_ceiling")
+    occupancy = kv.numbers["occupancy"]
+    # 288 tokens a request, a pool of four: the need follows the requests in flight, not the key
+    assert occupancy["1"] < 0.5 and occupancy["5"] > 1.0
+    assert "requests in flight" in kv.text["en"] and "C=" not in kv.text["en"]
