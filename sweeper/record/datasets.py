@@ -53,15 +53,17 @@ SHAREGPT_FORM = (
     '{"from": "gpt", "value": "..."}]}'
 )
 
-# Words of the synthetic block texts (Mooncake replay); any common words do.
+# Words of the synthetic block texts (Mooncake replay): common words that are one token each
+# in the usual vocabularies (and in the test models'), so a block's length can be set to the
+# token. The same kind of words as workload's prompts.
 BLOCK_WORDS = (
-    "river", "stone", "garden", "window", "letter", "market", "winter", "bridge", "forest",
-    "engine", "signal", "harbor", "summer", "valley", "planet", "silver", "castle", "meadow",
-    "island", "number", "circle", "pocket", "ladder", "candle", "basket", "rocket", "mirror",
-    "copper", "orange", "yellow", "travel", "record", "answer", "method", "theory", "simple",
-    "useful", "modern", "quiet", "gentle", "bright", "narrow", "strong", "little", "ancient",
-    "across", "around", "before", "behind", "between", "during", "toward", "within", "always",
-    "never", "often", "today", "later", "table", "chair", "paper", "music", "water", "light",
+    "time", "year", "people", "way", "day", "man", "thing", "life", "child", "world", "school",
+    "state", "family", "group", "country", "problem", "hand", "part", "place", "case", "week",
+    "company", "system", "program", "question", "work", "number", "night", "point", "home",
+    "water", "room", "mother", "area", "money", "story", "fact", "month", "right", "study",
+    "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house",
+    "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law",
+    "car", "city", "name", "team",
 )  # fmt: skip
 
 
@@ -117,6 +119,8 @@ def parse_dataset_spec(text: str) -> tuple[str, Path | None]:
     if not rest.strip():
         raise ConfigError(f"--dataset {text!r} names no file; pass {kind}:FILE")
     path = Path(rest.strip()).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"--dataset {text!r}: {path} is a folder; pass {kind}:FILE, a file")
     if not path.is_file():
         raise ConfigError(
             f"--dataset {text!r}: no file at {path}; pass {kind}:FILE with the path of an "
@@ -189,36 +193,45 @@ def _load_sharegpt(path: Path) -> Dataset:
             continue
         if not isinstance(turns, list):
             raise _error(path, where, f'"conversations" is {_kind(turns)}', SHAREGPT_FORM)
-        for t, turn in enumerate(turns, start=1):
-            if not (
-                isinstance(turn, dict)
-                and isinstance(turn.get("from"), str)
-                and isinstance(turn.get("value"), str)
-            ):
-                raise _error(
-                    path,
-                    where,
-                    f"turn {t} is {_kind(turn)}, not an object with string from and value",
-                    SHAREGPT_FORM,
-                )
-        first = next((i for i, t in enumerate(turns) if t["from"].lower() in HUMAN_ROLES), None)
-        if first is None:
-            skipped.append(f"{label}: no human turn")
+        pair = _first_exchange(path, where, turns)
+        if isinstance(pair, str):
+            skipped.append(f"{label}: {pair}")
             continue
-        prompt = turns[first]["value"]
-        if not prompt.strip():
-            skipped.append(f"{label}: the first human turn is empty")
-            continue
-        answer = turns[first + 1] if first + 1 < len(turns) else None
-        if answer is None or answer["from"].lower() not in ANSWER_ROLES:
-            # vLLM's loader wants an answer too: it gives the output length.
-            skipped.append(f"{label}: no answer after the first human turn")
-            continue
-        if not answer["value"].strip():
-            skipped.append(f"{label}: the answer is empty (no output length to take)")
-            continue
-        items.append(DatasetItem(line=number, prompt=prompt, answer_text=answer["value"]))
+        prompt, answer = pair
+        items.append(DatasetItem(line=number, prompt=prompt, answer_text=answer))
     return Dataset("sharegpt", path, items, sha, skipped)
+
+
+def _first_exchange(path: Path, where: str, turns: list[Any]) -> tuple[str, str] | str:
+    """The first human turn and the answer right after it, or why there is none. Only the
+    turns read are checked: a malformed one deep in a long conversation is never used."""
+    human: str | None = None
+    for t, turn in enumerate(turns, start=1):
+        if not (
+            isinstance(turn, dict)
+            and isinstance(turn.get("from"), str)
+            and isinstance(turn.get("value"), str)
+        ):
+            raise _error(
+                path,
+                where,
+                f"turn {t} is {_kind(turn)}, not an object with string from and value",
+                SHAREGPT_FORM,
+            )
+        role, value = turn["from"].lower(), turn["value"]
+        if human is None:
+            if role in HUMAN_ROLES:
+                human = value
+            continue
+        # vLLM's loader wants an answer too: its length is the request's output length.
+        if role not in ANSWER_ROLES:
+            break
+        if not human.strip():
+            return "the first human turn is empty"
+        if not value.strip():
+            return "the answer is empty (no output length to take)"
+        return human, value
+    return "no human turn" if human is None else "no answer after the first human turn"
 
 
 # -- JSONL and Mooncake --------------------------------------------------------------------
@@ -497,19 +510,27 @@ async def build_block_prompt(
         found: tuple[str, ...] = cache[key]
         return found
 
-    async def fit(words: tuple[str, ...], target: int, start: int) -> int:
+    async def fit(words: tuple[str, ...], target: int, first: bool, start: int) -> int:
+        # A later block follows a space: counted with it, its first word splits as it will
+        # in the prompt (byte-level BPEs fold the space into the word's token).
+        lead = "" if first else " "
         _, n, _ = await fit_prompt(
-            counter, lambda n: " ".join(words[:n]), target, start=start, limit=len(words)
+            counter, lambda n: lead + " ".join(words[:n]), target, start=start, limit=len(words)
         )
         return n
 
+    hint_key = ("fitted-words", seed, block_tokens)  # the last whole block's words: a start
+
     async def whole_block(position: int, hash_id: int) -> str:
         # A hash id names a prefix, so it sits at one position; the key says which anyway.
-        key = ("block", seed, block_tokens, hash_id, position == 0)
+        first = position == 0
+        key = ("block", seed, block_tokens, hash_id, first)
         if key not in cache:
             words = words_of(hash_id)
-            target = block_tokens if position == 0 else block_tokens + template
-            cache[key] = " ".join(words[: await fit(words, target, block_tokens)])
+            target = block_tokens if first else block_tokens + template
+            n = await fit(words, target, first, cache.get(hint_key, block_tokens))
+            cache[hint_key] = n
+            cache[key] = " ".join(words[:n])
         text: str = cache[key]
         return text
 
@@ -518,7 +539,9 @@ async def build_block_prompt(
         tail = await whole_block(k - 1, ids[-1])
     else:
         words = words_of(ids[-1])
-        tail = " ".join(words[: await fit(words, rest + (template if k > 1 else 0), rest)])
+        start = round(cache.get(hint_key, block_tokens) * rest / block_tokens)
+        n = await fit(words, rest + (template if k > 1 else 0), k == 1, start)
+        tail = " ".join(words[:n])
     text = _join(head, tail)
     count = await counter(text)
     if count == input_len:

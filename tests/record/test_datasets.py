@@ -79,6 +79,8 @@ def test_parse_dataset_spec(tmp_path: Path) -> None:
         parse_dataset_spec("jsonl:")
     with pytest.raises(ConfigError, match=r"--dataset .*no file at .*missing\.json"):
         parse_dataset_spec(f"sharegpt:{tmp_path / 'missing.json'}")
+    with pytest.raises(ConfigError, match=r"--dataset .* is a folder; pass mooncake:FILE"):
+        parse_dataset_spec(f"mooncake:{tmp_path}")
 
 
 # -- ShareGPT ------------------------------------------------------------------------------
@@ -131,6 +133,27 @@ def test_sharegpt_errors_name_file_and_place(tmp_path: Path) -> None:
     path.write_text(json.dumps([{"conversations": {"from": "human"}}]), "utf-8")
     with pytest.raises(ConfigError, match=rf'{path}: entry 1: "conversations" is an object'):
         load_dataset("sharegpt", path)
+
+
+def test_sharegpt_reads_only_the_turns_it_uses(tmp_path: Path) -> None:
+    human = {"from": "human", "value": "Hi"}
+    entries = [
+        {"conversations": [human, {"from": "gpt", "value": "Hello"}, {"from": 1}, "junk"]},
+        {"conversations": [{"from": "human", "value": " "}, {"from": "gpt", "value": "What?"}]},
+        {"conversations": [human, {"from": "gpt", "value": ""}]},
+        {"conversations": [human, {"from": "human", "value": "Hello?"}]},
+        {"id": 7, "items": []},
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(entries), "utf-8")
+    ds = load_dataset("sharegpt", path)
+    assert ds.items == [DatasetItem(line=1, prompt="Hi", answer_text="Hello")]
+    assert ds.skipped_why == [
+        "entry 2: the first human turn is empty",
+        "entry 3: the answer is empty (no output length to take)",
+        "entry 4: no answer after the first human turn",
+        "entry 5 (id 7): no conversations",
+    ]
 
 
 def test_sharegpt_with_nothing_usable_is_an_error(tmp_path: Path) -> None:
@@ -288,8 +311,9 @@ async def count_double(text: str) -> int:
 
 
 async def count_chat(text: str) -> int:
-    """A chat template's 3 tokens, and long words as two."""
-    return 3 + sum(2 if len(w) > 6 else 1 for w in text.split())
+    """A chat template's 3 tokens, and words with digits (the blocks' first) as three, as a
+    BPE splits numbers."""
+    return 3 + sum(3 if any(c.isdigit() for c in w) else 1 for w in text.split())
 
 
 def first_difference(a: str, b: str) -> tuple[int, str, str]:
