@@ -22,6 +22,7 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 
+from sweeper.i18n import level_label
 from sweeper.schema import RECORDER_TOOL
 from sweeper.store import TraceSet
 
@@ -30,7 +31,7 @@ from sweeper.store import TraceSet
 class LevelShortfall:
     """A level that started but did not finish: its measured requests against the plan."""
 
-    concurrency: int
+    concurrency: int  # the level's key: C, or a rate level's position
     measured: int
     planned: int | None
     status: str  # the manifest's status of the level ("interrupted", "complete"...)
@@ -44,6 +45,11 @@ class Completeness:
     missing_levels: list[int] = field(default_factory=list)
     cut_short: list[LevelShortfall] = field(default_factory=list)
     resume_command: str | None = None
+    # How the sentence names each level: ``C=16``, or a rate level's offered rate (``4 req/s``).
+    level_names: dict[int, str] = field(default_factory=dict)
+
+    def name(self, level: int) -> str:
+        return self.level_names.get(level, f"C={level}")
 
     @property
     def complete(self) -> bool:
@@ -55,12 +61,12 @@ class Completeness:
         parts = [f"this run is incomplete{status}"]
         if self.missing_levels:
             parts.append(
-                "levels never measured: " + ", ".join(f"C={c}" for c in self.missing_levels)
+                "levels never measured: " + ", ".join(self.name(c) for c in self.missing_levels)
             )
         for short in self.cut_short:
             of = f" of {short.planned}" if short.planned is not None else ""
             parts.append(
-                f"C={short.concurrency} cut short ({short.measured}{of} measured requests, "
+                f"{self.name(short.concurrency)} cut short ({short.measured}{of} measured requests, "
                 f"level {short.status})"
             )
         text = "; ".join(parts) + "."
@@ -89,10 +95,11 @@ def completeness(ts: TraceSet) -> Completeness:
         elif status != "complete" or (own and wanted is not None and 0 < count < wanted):
             message = level.message if level is not None else None
             short.append(LevelShortfall(c, count, wanted, status, message))
-    done = Completeness(m.status, planned, missing, short)
+    names = {c: level_label(c, m.workload.offered_rate(c), "en") for c in planned}
+    done = Completeness(m.status, planned, missing, short, level_names=names)
     if done.complete:
         return done
-    return Completeness(m.status, planned, missing, short, resume_command(ts))
+    return Completeness(m.status, planned, missing, short, resume_command(ts), names)
 
 
 def resume_command(ts: TraceSet) -> str | None:

@@ -159,4 +159,7 @@ def test_an_interrupted_run_is_incomplete_in_every_format(tmp_path: Path) -> Non
 
 def test_csv_keeps_its_columns_and_adds_the_new_ones_last(run: Path) -> None:
     header = invoke("summary", str(run), "--format", "csv").splitlines()[0].split(",")
-    assert header[header.index("basis") :] == ["basis", "paused_s", "inflight_mean", "inflight_max"]
+    at = header.index("basis")
+    assert header[at : at + 4] == ["basis", "paused_s", "inflight_mean", "inflight_max"]
+    assert header[at + 4 : at + 7] == ["level", "offered_rate_rps", "achieved_rate_rps"]
+    assert header[at + 7] == "client_queue_ms_mean" and header[-1] == "slo_met_share"

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from sweeper.analysis.frames import LATENCY_METRICS
-from sweeper.analysis.summary import ADDED_LEVEL_SCALARS, LEVEL_SCALARS
+from sweeper.analysis.summary import (
+    ADDED_LEVEL_SCALARS,
+    GOODPUT_SCALARS,
+    LEVEL_SCALARS,
+    RATE_LEVEL_SCALARS,
+    SCHEDULE_METRICS,
+)
 from sweeper.cli.importing import import_command
 from sweeper.importers import IMPORTERS
 
@@ -68,5 +74,13 @@ def test_summary_json_page_lists_every_key(lang: str) -> None:
         "missing_levels",
         "cut_short",
         "resume_command",
+        "load",
+        "slo",
+        *RATE_LEVEL_SCALARS,
+        *SCHEDULE_METRICS,
+        *GOODPUT_SCALARS,
     ):
-        assert key in text, key
+        assert f"`{key}" in text or f"`levels[].{key}" in text, key
+    for metric, stats in SCHEDULE_METRICS.items():  # the CSV's flat columns
+        for stat in stats:
+            assert f"{metric}_{stat}" in text or stat not in (stats[0], stats[-1]), (metric, stat)
