@@ -96,7 +96,7 @@ class Dataset:
         return len(self.skipped_why)
 
     def skipped_summary(self, examples: int = 3) -> str | None:
-        """``"12 entries skipped (entry 4: no human turn; ...)"``, or None when none were."""
+        """``"12 entries of FILE skipped (entry 4: no human turn; ...)"``, or None."""
         if not self.skipped_why:
             return None
         shown = "; ".join(self.skipped_why[:examples])
@@ -120,11 +120,13 @@ def parse_dataset_spec(text: str) -> tuple[str, Path | None]:
         raise ConfigError(f"--dataset {text!r} names no file; pass {kind}:FILE")
     path = Path(rest.strip()).expanduser()
     if path.is_dir():
-        raise ConfigError(f"--dataset {text!r}: {path} is a folder; pass {kind}:FILE, a file")
+        raise ConfigError(
+            f"--dataset {text!r}: {path} is a folder; pass a file, as one of {DATASET_FORMS}"
+        )
     if not path.is_file():
         raise ConfigError(
-            f"--dataset {text!r}: no file at {path}; pass {kind}:FILE with the path of an "
-            "existing file"
+            f"--dataset {text!r}: no file at {path}; pass an existing file, as one of "
+            f"{DATASET_FORMS}"
         )
     return kind, path
 
@@ -473,10 +475,11 @@ async def build_block_prompt(
     that id's full block). Returns (text, exact): exact when the counter counts the whole
     prompt as ``input_len``. Without a counter, a word is taken for a token and exact is False.
 
-    The counter's own tokens (chat template, BOS) open every prompt; the first block makes room
-    for them, so template and first block together are ``block_tokens``, as the server's cache
-    sees them. ``cache`` (any dict, kept across a replay) holds the fitted blocks: a trace
-    reuses its ids heavily, and each block is fitted once.
+    The counter's own tokens (chat template, BOS) are in every prompt; the first block makes
+    room for them, so the later blocks line up with the server's view of the prompt (to within
+    the template's tokens after the text). ``cache`` (any dict, kept across a replay) holds the
+    fitted blocks' text: a trace reuses its ids heavily, and each block is fitted once. Build
+    a replay's prompts before its schedule starts: a cold block costs a few counter calls.
     """
     if input_len < 1:
         raise ConfigError(
@@ -503,13 +506,6 @@ async def build_block_prompt(
 
     template = await _template_tokens(counter, cache)
 
-    def words_of(hash_id: int) -> tuple[str, ...]:
-        key = ("words", seed, block_tokens, hash_id)
-        if key not in cache:
-            cache[key] = _block_words(hash_id, seed, room)
-        found: tuple[str, ...] = cache[key]
-        return found
-
     async def fit(words: tuple[str, ...], target: int, first: bool, start: int) -> int:
         # A later block follows a space: counted with it, its first word splits as it will
         # in the prompt (byte-level BPEs fold the space into the word's token).
@@ -519,27 +515,29 @@ async def build_block_prompt(
         )
         return n
 
-    hint_key = ("fitted-words", seed, block_tokens)  # the last whole block's words: a start
+    def hint_key(first: bool) -> tuple[Any, ...]:
+        return ("fitted-words", seed, block_tokens, first)  # the last fit's words: a start
 
     async def whole_block(position: int, hash_id: int) -> str:
         # A hash id names a prefix, so it sits at one position; the key says which anyway.
+        # Only the text is kept: a long trace has tens of thousands of ids.
         first = position == 0
         key = ("block", seed, block_tokens, hash_id, first)
         if key not in cache:
-            words = words_of(hash_id)
+            words = _block_words(hash_id, seed, room)
             target = block_tokens if first else block_tokens + template
-            n = await fit(words, target, first, cache.get(hint_key, block_tokens))
-            cache[hint_key] = n
+            n = await fit(words, target, first, cache.get(hint_key(first), block_tokens))
+            cache[hint_key(first)] = n
             cache[key] = " ".join(words[:n])
         text: str = cache[key]
         return text
 
     head = _join(*[await whole_block(i, h) for i, h in enumerate(ids[:-1])])
+    words = _block_words(ids[-1], seed, room)
     if rest == block_tokens:
         tail = await whole_block(k - 1, ids[-1])
     else:
-        words = words_of(ids[-1])
-        start = round(cache.get(hint_key, block_tokens) * rest / block_tokens)
+        start = round(cache.get(hint_key(k == 1), block_tokens) * rest / block_tokens)
         n = await fit(words, rest + (template if k > 1 else 0), k == 1, start)
         tail = " ".join(words[:n])
     text = _join(head, tail)
@@ -548,7 +546,6 @@ async def build_block_prompt(
         return text, True
     # Words merging across a block boundary: refit the tail in place, counting the whole
     # prompt. Only the tail changes, so the blocks before it stay shared.
-    words = words_of(ids[-1])
     text, _, exact = await fit_prompt(
         counter,
         lambda m: _join(head, " ".join(words[:m])),
@@ -556,4 +553,7 @@ async def build_block_prompt(
         start=max(0, len(tail.split()) + input_len - count),
         limit=len(words),
     )
+    if not text:
+        # Shorter than the template itself: one word rather than an empty prompt.
+        return words[0], False
     return text, exact

@@ -77,9 +77,15 @@ def test_parse_dataset_spec(tmp_path: Path) -> None:
             parse_dataset_spec(bad)
     with pytest.raises(ConfigError, match=r"--dataset 'jsonl:' names no file"):
         parse_dataset_spec("jsonl:")
-    with pytest.raises(ConfigError, match=r"--dataset .*no file at .*missing\.json"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--dataset .*no file at .*missing\.json; pass an existing file, as one of random",
+    ):
         parse_dataset_spec(f"sharegpt:{tmp_path / 'missing.json'}")
-    with pytest.raises(ConfigError, match=r"--dataset .* is a folder; pass mooncake:FILE"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--dataset .* is a folder; pass a file, as one of random, sharegpt:FILE\.json",
+    ):
         parse_dataset_spec(f"mooncake:{tmp_path}")
 
 
@@ -391,6 +397,12 @@ async def test_block_prompt_not_exact_when_it_cannot_be() -> None:
     text, exact = await build_block_prompt([1, 2], 20, None, block_tokens=16)
     assert not exact and len(text.split()) == 20
     assert text.startswith((await build_block_prompt([1], 16, None, block_tokens=16))[0])
+
+
+async def test_block_prompt_never_empty() -> None:
+    # One token asked, three taken by the template: one word, said to be inexact.
+    text, exact = await build_block_prompt([4], 1, count_chat, block_tokens=16)
+    assert text == "people4" and not exact
 
 
 async def test_block_prompt_refuses_impossible_lengths() -> None:
