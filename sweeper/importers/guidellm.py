@@ -2,10 +2,20 @@
 
 GuideLLM's report (``GenerativeBenchmarksReport``: ``metadata.version`` 1, ``guidellm_version``)
 holds ``benchmarks``, one per strategy it ran. Each has ``config.strategy`` (``type_``
-``concurrent`` with ``streams``, or ``synchronous``: one stream), its ``metrics`` and
-``requests.successful`` / ``errored`` / ``incomplete``: one ``GenerativeRequestStats`` per request
-with ``info.timings`` (Unix seconds): ``request_start``, ``first_token_iteration``,
-``last_token_iteration``, ``token_iterations``, ``request_end``.
+``synchronous``: one stream; ``concurrent`` with ``streams``; ``constant`` or ``poisson`` with
+``rate`` (requests/s) and optional ``max_concurrency``; ``throughput``: every request due at the
+start, up to ``max_concurrency`` in flight), its ``metrics`` and ``requests.successful`` /
+``errored`` / ``incomplete``: one ``GenerativeRequestStats`` per request with ``info.timings``
+(Unix seconds): ``targeted_start`` (when the strategy scheduled it), ``request_start``,
+``first_token_iteration``, ``last_token_iteration``, ``token_iterations``, ``request_end``.
+
+Synchronous and concurrent benchmarks are concurrency levels (closed loop); constant, poisson
+and throughput benchmarks are rate levels (open loop; throughput's offered rate is "all at
+once"), keyed by position of the sorted rates, with each request's ``targeted_start`` as its
+scheduled time. A report holding both kinds (``--profile sweep`` runs synchronous, throughput
+and a set of constant rates) is imported as its rate levels by default, or as its concurrency
+levels with ``load="concurrency"``; the benchmarks left out are named in a warning. Other
+strategies (a trace replay) are skipped with a warning.
 
 GuideLLM keeps only the first and last token times (it spreads the iterations in between evenly
 when it needs them), so the import has TTFT and E2EL per request and no ITL (fidelity
@@ -13,19 +23,28 @@ when it needs them), so the import has TTFT and E2EL per request and no ITL (fid
 request_start, E2EL = last_token_iteration - request_start, and GuideLLM's
 ``inter_token_latency_ms`` = (last - first) / (output tokens - 1) is sweeper's TPOT. GuideLLM's
 ``time_per_output_token_ms`` ((last - start) / output tokens, first token included) and its
-``request_latency`` (to ``request_end``) differ; docs/metrics.md has the table. Rate-based
-strategies (constant, poisson, throughput) have no fixed concurrency and are skipped with a
-warning.
+``request_latency`` (to ``request_end``) differ; docs/metrics.md has the table.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ImportFormatError
 from sweeper.importers._common import Imported, need, read_json
+from sweeper.importers._openloop import (
+    INF,
+    Arrival,
+    Load,
+    one_value,
+    rate_keys,
+    rate_words,
+    rate_workload,
+)
 from sweeper.schema import RequestError, RequestTrace, Target, Workload
 from sweeper.units import NS_PER_S
 
@@ -35,10 +54,36 @@ STATUSES = (("successful", "ok"), ("errored", "error"), ("incomplete", "cancelle
 PERCENTILES = ("p50", "p90", "p95", "p99")
 # GuideLLM metric -> sweeper level-frame metric (same definition)
 SAME_METRICS = {"time_to_first_token_ms": "ttft_ms", "inter_token_latency_ms": "tpot_ms"}
+CLOSED_LOOP = ("synchronous", "concurrent")
+OPEN_LOOP = ("constant", "poisson", "throughput")
+PROMPT_SOURCE = "GuideLLM data"
+
+Item = tuple[str, dict[str, Any], str]  # (where, GenerativeRequestStats, status)
 
 
-def read_guidellm(paths: Sequence[Path]) -> Imported:
-    """Read one or more GuideLLM reports as one sweep (one level per concurrent strategy)."""
+@dataclass
+class _Bench:
+    """One benchmark of a report: its level (C, or an offered rate) and its requests."""
+
+    file: Path
+    where: str
+    strategy: dict[str, Any]
+    load: Load
+    level: float  # C, or requests/s (inf: all at once)
+    items: list[Item]
+    bench: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        kind = self.strategy.get("type_")
+        level = f"C={int(self.level)}" if self.load == "concurrency" else rate_words(self.level)
+        return f"{self.file} {self.where} ({kind}, {level})"
+
+
+def read_guidellm(paths: Sequence[Path], load: Load | None = None) -> Imported:
+    """Read one or more GuideLLM reports as one sweep: concurrency levels (synchronous,
+    concurrent) or rate levels (constant, poisson, throughput); ``load`` picks one kind where
+    the reports hold both (default: the rate levels)."""
     reports = []
     for path in paths:
         file = path / REPORT_FILE if path.is_dir() else path
@@ -46,7 +91,7 @@ def read_guidellm(paths: Sequence[Path]) -> Imported:
             raise ImportFormatError(f"no such file (expected {REPORT_FILE})", file)
         reports.append((file, _read_report(file)))
     warnings: list[str] = []
-    levels: list[tuple[int, Path, list[tuple[str, dict[str, Any], str]], dict[str, Any]]] = []
+    benches: list[_Bench] = []
     version = None
     for file, report in reports:
         meta = report.get("metadata") or {}
@@ -55,40 +100,34 @@ def read_guidellm(paths: Sequence[Path]) -> Imported:
             where = f"benchmarks[{index}]"
             if not isinstance(bench, dict):
                 raise ImportFormatError(f"expected an object; {WHAT}", file, where)
-            concurrency = _concurrency(bench, file, where)
-            if concurrency is None:
-                strategy = (bench.get("config") or bench.get("args") or {}).get("strategy") or {}
+            strategy = _strategy(bench, file, where)
+            level = _level(strategy, file, where)
+            if level is None:
                 warnings.append(
-                    f"{file} {where}: strategy {strategy.get('type_')!r} has no fixed concurrency; skipped"
+                    f"{file} {where}: strategy {strategy.get('type_')!r} has neither a fixed "
+                    "concurrency nor an offered rate; skipped"
                 )
                 continue
             requests = need(bench, "requests", file, where, WHAT)
-            levels.append((concurrency, file, _stats_list(requests, file, where), bench))
-    if not levels:
+            items = _stats_list(requests, file, where)
+            benches.append(_Bench(file, where, strategy, *level, items, bench))
+    if not benches:
         raise ImportFormatError(
-            "no concurrent or synchronous benchmark in the report (rate-based runs have no "
-            "concurrency to sweep)",
+            "no benchmark in the report has a fixed concurrency (synchronous, concurrent) or an "
+            "offered rate (constant, poisson, throughput)",
             reports[0][0],
         )
-    seen: set[int] = set()
-    for concurrency, file, _, _ in levels:
-        if concurrency in seen:
-            raise ImportFormatError(
-                f"concurrency {concurrency} appears twice; give one result per level", file
-            )
-        seen.add(concurrency)
+    kind, chosen, left_out = _choose(benches, load)
+    warnings.extend(left_out)
     starts = [
-        _timing(item, "request_start", file, where)
-        for _, file, items, _ in levels
-        for where, item, _status in items
+        _timing(item, "request_start", b.file, where) for b in chosen for where, item, _ in b.items
     ]
-    origin_s = min(starts)
-    requests_out: list[RequestTrace] = []
-    summaries: dict[str, dict[str, float | int | str | None]] = {}
-    for concurrency, file, items, bench in sorted(levels, key=lambda lv: lv[0]):
-        for where, item, status in items:
-            requests_out.append(_trace(item, status, concurrency, origin_s, file, where))
-        summaries[str(concurrency)] = _summary(bench)
+    # the clock starts at the first send, or at an earlier time a rate level scheduled one for
+    scheduled = _scheduled_times(chosen) if kind == "rate" else []
+    origin_s = min([*starts, *scheduled])
+    levels = _rate_levels if kind == "rate" else _concurrency_levels
+    requests_out, summaries, workload, notes = levels(chosen, origin_s)
+    warnings.extend(notes)
     model = _model(reports[0][1])
     return Imported(
         tool="guidellm",
@@ -100,16 +139,163 @@ def read_guidellm(paths: Sequence[Path]) -> Imported:
         summaries=summaries,
         files=[str(f) for f, _ in reports],
         target=Target(model=model),
-        workload=Workload(
-            concurrency_levels=sorted(seen),
-            requests_per_level={
-                str(c): sum(1 for _, _, s in items if s == "ok") for c, _, items, _ in levels
-            },
-            prompt_source="GuideLLM data",
-        ),
+        workload=workload,
         warnings=warnings,
-        levels=sorted(seen),
+        levels=list(workload.concurrency_levels),
     )
+
+
+def _strategy(bench: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
+    config = bench.get("config") or bench.get("args")
+    if not isinstance(config, dict) or not isinstance(config.get("strategy"), dict):
+        raise ImportFormatError(f"missing key 'config.strategy'; expected {WHAT}", path, where)
+    return dict(config["strategy"])
+
+
+def _level(strategy: dict[str, Any], path: Path, where: str) -> tuple[Load, float] | None:
+    """("concurrency", C) or ("rate", requests/s) of a strategy; None for any other kind."""
+    kind = strategy.get("type_")
+    if kind == "synchronous":
+        return "concurrency", 1
+    if kind == "concurrent":
+        streams = strategy.get("streams")
+        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+            raise ImportFormatError(
+                f"concurrent strategy without a positive 'streams' ({streams!r})",
+                path,
+                f"{where}.config.strategy.streams",
+            )
+        return "concurrency", streams
+    if kind == "throughput":
+        return "rate", INF  # every request due at the start: GuideLLM's "as fast as possible"
+    if kind in ("constant", "poisson"):
+        rate = strategy.get("rate")
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < INF:
+            raise ImportFormatError(
+                f"{kind} strategy without a positive 'rate' ({rate!r} requests/s)",
+                path,
+                f"{where}.config.strategy.rate",
+            )
+        return "rate", float(rate)
+    return None
+
+
+def _choose(benches: list[_Bench], load: Load | None) -> tuple[Load, list[_Bench], list[str]]:
+    """The kind of level imported, its benchmarks, and a warning naming those left out."""
+    rate = [b for b in benches if b.load == "rate"]
+    concurrency = [b for b in benches if b.load == "concurrency"]
+    kind: Load = load or ("rate" if rate else "concurrency")
+    chosen = rate if kind == "rate" else concurrency
+    if not chosen:
+        raise ImportFormatError(
+            f"--load {kind}: no {kind}-based benchmark in the report "
+            f"({', '.join(b.label for b in benches)})",
+            benches[0].file,
+        )
+    other = concurrency if kind == "rate" else rate
+    if not other:
+        return kind, chosen, []
+    flag = "--load rate" if kind == "concurrency" else "--load concurrency"
+    return (
+        kind,
+        chosen,
+        [
+            f"Left out: {', '.join(b.label for b in other)}; the report also holds {kind} "
+            f"levels, imported as this sweep (import the others with {flag})."
+        ],
+    )
+
+
+def _concurrency_levels(
+    benches: list[_Bench], origin_s: float
+) -> tuple[list[RequestTrace], dict[str, dict[str, float | int | str | None]], Workload, list[str]]:
+    seen: dict[int, _Bench] = {}
+    for b in benches:
+        concurrency = int(b.level)
+        if concurrency in seen:
+            raise ImportFormatError(
+                f"concurrency {concurrency} appears twice ({seen[concurrency].where} and "
+                f"{b.where}); give one result per level",
+                b.file,
+            )
+        seen[concurrency] = b
+    requests: list[RequestTrace] = []
+    summaries: dict[str, dict[str, float | int | str | None]] = {}
+    for concurrency, b in sorted(seen.items()):
+        for where, item, status in b.items:
+            requests.append(_trace(item, status, concurrency, origin_s, b.file, where, None))
+        summaries[str(concurrency)] = _summary(b.bench)
+    workload = Workload(
+        concurrency_levels=sorted(seen),
+        requests_per_level={
+            str(c): sum(1 for _, _, s in b.items if s == "ok") for c, b in seen.items()
+        },
+        prompt_source=PROMPT_SOURCE,
+    )
+    return requests, summaries, workload, []
+
+
+def _rate_levels(
+    benches: list[_Bench], origin_s: float
+) -> tuple[list[RequestTrace], dict[str, dict[str, float | int | str | None]], Workload, list[str]]:
+    seen: dict[float, _Bench] = {}
+    for b in benches:
+        if b.level in seen:
+            raise ImportFormatError(
+                f"rate {rate_words(b.level)} appears twice ({seen[b.level].where} and "
+                f"{b.where}); give one result per level",
+                b.file,
+            )
+        seen[b.level] = b
+    keys = rate_keys(list(seen))
+    notes: list[str] = []
+    kinds = {b.strategy.get("type_") for b in benches if not math.isinf(b.level)}
+    arrival: Arrival | None = None
+    if len(kinds) == 1:
+        arrival = "poisson" if "poisson" in kinds else "constant"
+    same_cap, cap = one_value([_cap(b.strategy) for b in benches])
+    if not same_cap:
+        notes.append(
+            "max_concurrency differs between levels ("
+            + ", ".join(f"{rate_words(b.level)}: {_cap(b.strategy)}" for b in benches)
+            + "); kept per level in the tool's summaries"
+        )
+    requests: list[RequestTrace] = []
+    summaries: dict[str, dict[str, float | int | str | None]] = {}
+    unscheduled = 0
+    for rate, b in sorted(seen.items()):
+        key = keys[rate]
+        for where, item, status in b.items:
+            scheduled = _scheduled(item)
+            unscheduled += scheduled is None
+            requests.append(_trace(item, status, key, origin_s, b.file, where, scheduled))
+        summary = _summary(b.bench)
+        if not same_cap:
+            summary["max_concurrency"] = _cap(b.strategy)
+        summaries[str(key)] = summary
+    if unscheduled:
+        notes.append(
+            f"{unscheduled} requests of the rate levels have no targeted_start (when GuideLLM "
+            "scheduled them): their client queue is unknown."
+        )
+    workload = rate_workload(
+        {keys[rate]: rate for rate in seen},
+        {keys[rate]: sum(1 for _, _, s in b.items if s == "ok") for rate, b in seen.items()},
+        arrival=arrival,
+        burstiness=1.0 if arrival == "poisson" else None,
+        max_concurrency=cap if same_cap and isinstance(cap, int) else None,
+        prompt_source=PROMPT_SOURCE,
+    )
+    return requests, summaries, workload, notes
+
+
+def _cap(strategy: dict[str, Any]) -> int | None:
+    cap = strategy.get("max_concurrency")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1 else None
+
+
+def _scheduled_times(benches: list[_Bench]) -> list[float]:
+    return [t for b in benches for _, item, _ in b.items if (t := _scheduled(item)) is not None]
 
 
 def _read_report(path: Path) -> dict[str, Any]:
@@ -117,24 +303,6 @@ def _read_report(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ImportFormatError(f"missing key 'benchmarks' (a list); expected {WHAT}", path)
     return data
-
-
-def _concurrency(bench: dict[str, Any], path: Path, where: str) -> int | None:
-    config = bench.get("config") or bench.get("args")
-    if not isinstance(config, dict) or not isinstance(config.get("strategy"), dict):
-        raise ImportFormatError(f"missing key 'config.strategy'; expected {WHAT}", path, where)
-    strategy = config["strategy"]
-    kind = strategy.get("type_")
-    if kind == "synchronous":
-        return 1
-    if kind == "concurrent":
-        streams = strategy.get("streams")
-        if not isinstance(streams, int) or streams < 1:
-            raise ImportFormatError(
-                f"concurrent strategy without a positive 'streams' ({streams!r})", path, where
-            )
-        return streams
-    return None
 
 
 def _stats_list(requests: Any, path: Path, where: str) -> list[tuple[str, dict[str, Any], str]]:
@@ -178,6 +346,19 @@ def _timing(item: Any, key: str, path: Path, where: str, required: bool = True) 
     return float("nan")
 
 
+def _scheduled(item: dict[str, Any]) -> float | None:
+    """When GuideLLM's strategy scheduled the request (Unix s): ``info.timings.targeted_start``,
+    or before 0.4 ``scheduler_info.targeted_start_time`` (-1 there: never set); None if absent."""
+    timings = (item.get("info") or {}).get("timings")
+    if isinstance(timings, dict):
+        value = timings.get("targeted_start")
+    else:
+        value = (item.get("scheduler_info") or {}).get("targeted_start_time")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
 def _tokens(item: dict[str, Any], computed: str, metrics_key: str) -> int | None:
     value = item.get(computed)
     if isinstance(value, int):
@@ -190,7 +371,13 @@ def _tokens(item: dict[str, Any], computed: str, metrics_key: str) -> int | None
 
 
 def _trace(
-    item: dict[str, Any], status: str, concurrency: int, origin_s: float, path: Path, where: str
+    item: dict[str, Any],
+    status: str,
+    concurrency: int,
+    origin_s: float,
+    path: Path,
+    where: str,
+    scheduled_s: float | None,
 ) -> RequestTrace:
     start = _timing(item, "request_start", path, where)
     first = _timing(item, "first_token_iteration", path, where, required=status == "ok")
@@ -210,6 +397,9 @@ def _trace(
         concurrency=concurrency,
         request_id=str(item.get("request_id") or where),
         send_ns=round((start - origin_s) * NS_PER_S),
+        scheduled_ns=round((scheduled_s - origin_s) * NS_PER_S)
+        if scheduled_s is not None
+        else None,
         end_ns=round((end - start) * NS_PER_S) if end == end else None,
         ttft_ns=round((first - start) * NS_PER_S) if status == "ok" else None,
         e2el_ns=round((last - start) * NS_PER_S) if status == "ok" else None,

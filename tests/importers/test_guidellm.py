@@ -31,7 +31,13 @@ def distribution(values: list[float]) -> dict[str, Any]:
 
 
 def request_stats(
-    index: int, start: float, ttft: float, gaps: int, gap: float, out: int
+    index: int,
+    start: float,
+    ttft: float,
+    gaps: int,
+    gap: float,
+    out: int,
+    targeted: float | None = None,
 ) -> dict[str, Any]:
     first = start + ttft
     last = first + gaps * gap
@@ -47,7 +53,7 @@ def request_stats(
             "scheduler_process_id": 0,
             "scheduler_start_time": T0,
             "timings": {
-                "targeted_start": start,
+                "targeted_start": start if targeted is None else targeted,
                 "queued": start - 0.001,
                 "dequeued": start - 0.0005,
                 "resolve_start": start,
@@ -140,14 +146,16 @@ def report(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 def test_guidellm_report_imports_per_request_and_agrees(tmp_path: Path) -> None:
     path, data = report(tmp_path)
-    summary = import_and_summarize("guidellm", [path], tmp_path / "t", "gl")
+    summary = import_and_summarize(
+        "guidellm", [path], tmp_path / "t", "gl", "--load", "concurrency"
+    )
     assert summary["source"] == {
         "tool": "guidellm",
         "version": "0.7.1",
         "fidelity": "per_request",
         "send_times": "measured",
     }
-    assert [lv["concurrency"] for lv in summary["levels"]] == [1, 4]  # constant rate skipped
+    assert [lv["concurrency"] for lv in summary["levels"]] == [1, 4]  # constant rate left out
     for concurrency, bench in ((1, data["benchmarks"][0]), (4, data["benchmarks"][1])):
         ours = level(summary, concurrency)
         theirs = bench["metrics"]
@@ -172,13 +180,13 @@ def test_guidellm_report_imports_per_request_and_agrees(tmp_path: Path) -> None:
 
 def test_guidellm_missing_timing_names_the_request(tmp_path: Path) -> None:
     path, data = report(tmp_path)
-    del data["benchmarks"][1]["requests"]["successful"][3]["info"]["timings"]["request_start"]
+    del data["benchmarks"][2]["requests"]["successful"][3]["info"]["timings"]["request_start"]
     path.write_text(json.dumps(data))
     with pytest.raises(ImportFormatError) as info:
-        import_run("guidellm", [path], out=tmp_path / "t")
+        import_run("guidellm", [path], out=tmp_path / "t")  # the constant rate: imported
     message = str(info.value)
     assert "benchmarks.json" in message
-    assert "benchmarks[1].requests.successful[3]" in message
+    assert "benchmarks[2].requests.successful[3]" in message
     assert "request_start" in message
 
 

@@ -205,8 +205,14 @@ def test_mixed_detailed_and_summary_files_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
 
 
-def test_open_loop_run_without_max_concurrency_is_refused(tmp_path: Path) -> None:
+def test_run_without_max_concurrency_is_one_rate_level_all_at_once(tmp_path: Path) -> None:
+    """request_rate inf and no --max-concurrency: every request released at once, none held
+    back, so each was sent when it was due (open loop; it used to be refused)."""
     result = vllm_result(4)
     result["max_concurrency"] = None
-    with pytest.raises(ImportFormatError, match="max_concurrency"):
-        import_run("vllm-bench", [write(tmp_path / "r.json", result)], out=tmp_path / "t")
+    folder = import_run("vllm-bench", [write(tmp_path / "r.json", result)], out=tmp_path / "t")
+    ts = load_trace_set(folder)
+    assert ts.manifest.workload.load == "rate"
+    assert ts.manifest.workload.request_rates == {"1": float("inf")}
+    assert all(r.scheduled_ns == r.send_ns for r in ts.requests)
+    assert [r.request_id for r in ts.requests][:2] == ["r1-00000", "r1-00001"]
