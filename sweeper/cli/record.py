@@ -16,20 +16,28 @@ from sweeper.record.config import (
     DEFAULT_INPUT_LEN,
     DEFAULT_MAX_ERROR_RATE,
     DEFAULT_OUTPUT_LEN,
+    DEFAULT_RATE_REQUESTS,
+    DEFAULT_RATE_WARMUP,
     DEFAULT_TIMEOUT_S,
 )
 from sweeper.record.progress import default_progress
+from sweeper.record.schedule import parse_rates
 from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
 from sweeper.record.workload import DEFAULT_LEVELS
 from sweeper.redact import redact_argv
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import DEFAULT_TRACES_DIR
 
+DEFAULT_LEVELS_TEXT = ",".join(map(str, DEFAULT_LEVELS))
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 # Options whose RecordConfig field has another name.
-_FIELD_OF_OPTION = {"no_metrics": "metrics_urls", "scrape_interval": "scrape_interval_s"}
+_FIELD_OF_OPTION = {
+    "no_metrics": "metrics_urls",
+    "scrape_interval": "scrape_interval_s",
+    "duration": "duration_s",
+}
 
 
 def given_fields(ctx: click.Context | None, options: dict[str, Any]) -> frozenset[str] | None:
@@ -54,7 +62,9 @@ def record_config(
     no_metrics, metrics_urls = given.pop("no_metrics"), given.pop("metrics_urls")
     parsed = {
         "endpoint": "chat" if given.pop("endpoint") == "chat" else "completions",
-        "concurrency": parse_levels(given.pop("concurrency")),
+        "concurrency": parse_levels(given.pop("concurrency") or DEFAULT_LEVELS_TEXT),
+        "request_rate": _rates(given.pop("request_rate")),
+        "duration_s": given.pop("duration"),
         "requests_per_level": RequestCount.parse(given.pop("requests_per_level")),
         "warmup": _warmup(given.pop("warmup")),
         "metrics_urls": [] if no_metrics else (list(metrics_urls) or None),
@@ -66,6 +76,10 @@ def record_config(
         "given": given_options,
     }
     return RecordConfig(**given, **parsed)
+
+
+def _rates(value: str | None) -> list[float] | None:
+    return None if value is None else parse_rates(value)
 
 
 def _warmup(value: str) -> int | None:
@@ -108,23 +122,72 @@ def _warmup(value: str) -> int | None:
     help="Output tokens per request (max_tokens; with ignore_eos and min_tokens unless --no-ignore-eos).",
 )
 @click.option(
+    "--input-len-range",
+    type=float,
+    metavar="R",
+    help="Vary prompt lengths: each request's uniform in [L(1-R), L(1+R)] around --input-len, "
+    "0 <= R < 1; e.g. 0.5.",
+)
+@click.option(
+    "--output-len-range",
+    type=float,
+    metavar="R",
+    help="Vary output lengths likewise around --output-len; e.g. 0.5.",
+)
+@click.option(
     "--concurrency",
-    default=",".join(map(str, DEFAULT_LEVELS)),
     metavar="LIST",
-    help="Concurrency levels, comma-separated, swept in this order; e.g. 1,4,16.",
+    help="Concurrency levels (closed loop), comma-separated, swept in this order; e.g. 1,4,16.  "
+    f"[default: {DEFAULT_LEVELS_TEXT}]",
+)
+@click.option(
+    "--request-rate",
+    metavar="LIST",
+    help="Request-rate levels (open loop) instead of --concurrency: requests/s, comma-separated, "
+    "swept slowest first; inf sends a level's requests all at once; e.g. 1,2,4,8,inf.",
+)
+@click.option(
+    "--arrival",
+    type=click.Choice(["poisson", "constant", "gamma"]),
+    default="poisson",
+    help="How a rate level's arrivals are spaced: poisson (random, exponential gaps), constant "
+    "(equal gaps) or gamma (with --burstiness).",
+)
+@click.option(
+    "--burstiness",
+    type=float,
+    default=1.0,
+    metavar="B",
+    help="Gamma shape of the gaps with --arrival gamma: 1 = Poisson, below 1 burstier, above 1 "
+    "steadier.",
+)
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Rate levels: at most N requests in flight; one due while N are busy waits, and the "
+    "wait is recorded as client queue.  [default: no cap]",
 )
 @click.option(
     "--requests-per-level",
     default="4x",
     metavar="N|Kx",
     help="Measured requests per level: a count, at least the largest level (e.g. 100), or K "
-    "times the level (at least 8).",
+    f"times the level (at least 8). Rate levels: a count, default {DEFAULT_RATE_REQUESTS}.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Rate levels: seconds of arrivals per level (rate x SECONDS requests; an inf level "
+    "sends as many as the fastest finite level) instead of --requests-per-level.",
 )
 @click.option(
     "--warmup",
     default="auto",
     metavar="N|auto",
-    help="Warm-up requests per level, sent first and stored as phase 'warmup'; auto = one per stream (the level).",
+    help="Warm-up requests per level, sent first and stored as phase 'warmup'; auto = one per "
+    f"stream (the level), or {DEFAULT_RATE_WARMUP} before a rate level's schedule starts.",
 )
 @click.option(
     "--metrics-url",

@@ -72,6 +72,15 @@ class RequestSpec:
     body: dict[str, Any]
     worker: int | None = None
     header_id: str | None = None  # sent as X-Request-Id (vLLM and others log it)
+    # Open loop: when the schedule says to send (ns after the run's origin); offset_ns is its
+    # due time within the level, before the level's start is known.
+    scheduled_ns: int | None = None
+    offset_ns: int = 0
+    session: int | None = None
+    turn: int | None = None
+    asked_input_tokens: int | None = None
+    asked_output_tokens: int | None = None
+    keep_text: bool = False  # collect the answer's text (multi-turn history)
 
 
 @dataclass
@@ -212,6 +221,11 @@ async def stream_request(
             error=error,
             server_timing=state.server_timing,
             worker=spec.worker,
+            scheduled_ns=spec.scheduled_ns,
+            session=spec.session,
+            turn=spec.turn,
+            asked_input_tokens=spec.asked_input_tokens,
+            asked_output_tokens=spec.asked_output_tokens,
         )
 
 

@@ -3,6 +3,7 @@ its defaults and checks, and how a run is named and its command line made safe t
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from sweeper.errors import ConfigError
+from sweeper.record.schedule import check_burstiness
 from sweeper.record.scrape import DEFAULT_SCRAPE_INTERVAL_S
 from sweeper.record.workload import (
     DEFAULT_LEVELS,
@@ -29,6 +31,14 @@ PROMPT_BUILD_PARALLEL = 8  # /tokenize calls in flight while prompts are built
 CONNECT_TIMEOUT_S = 10.0
 CONNECTIONS_HEADROOM = 4  # extra pooled connections (metrics scrapes) beyond the streams
 HTTP_CLIENTS = ("raw", "httpx")
+# Rate levels (--request-rate): measured requests per level unless --requests-per-level or
+# --duration says otherwise, and warm-up requests sent before each level's schedule starts.
+DEFAULT_RATE_REQUESTS = 100
+DEFAULT_RATE_WARMUP = 1
+MAX_DURATION_S = 7 * 24 * 3600.0
+# The recorder warns when it started a rate level's requests later than this after their due
+# time (p99): its own delay would then be read as the client's queue.
+SEND_LATE_P99_MS = 5.0
 LIBRARIES = ("httpx", "httpcore", "pydantic", "prometheus_client", "rich", "click", "uvloop")
 
 # User-given server facts ("what the server was started with"): option -> ServerConfig field.
@@ -52,7 +62,17 @@ class RecordConfig:
     output_len: int = DEFAULT_OUTPUT_LEN
     concurrency: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     requests_per_level: RequestCount = field(default_factory=RequestCount)
-    warmup: int | None = None  # warm-up requests per level; None: one per stream (= C)
+    # None: one per stream (= C) in a closed loop, DEFAULT_RATE_WARMUP before a rate level
+    warmup: int | None = None
+    # Open loop: rate levels (requests/s, sorted, inf last) instead of concurrency levels.
+    request_rate: list[float] | None = None
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    duration_s: float | None = None  # seconds of arrivals per rate level
+    # Lengths per request, uniform in [L(1-R), L(1+R)] around --input-len / --output-len.
+    input_len_range: float | None = None
+    output_len_range: float | None = None
     metrics_urls: list[str] | None = None  # None: <base-url>/metrics; []: no scraping
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     server_log: Path | None = None
@@ -105,6 +125,12 @@ class RecordConfig:
             )
         if self.workers < 1:
             raise ConfigError(f"--workers {self.workers} must be at least 1")
+        if self.workers > 1 and self.max_concurrency is not None:
+            raise ConfigError(
+                f"--max-concurrency with --workers {self.workers}: one cap on requests in flight "
+                "cannot be kept across recorder processes; pass --workers 1, or leave out "
+                "--max-concurrency"
+            )
         if self.warmup is not None and not 0 <= self.warmup <= MAX_REQUESTS_PER_LEVEL:
             raise ConfigError(
                 f"--warmup {self.warmup} must be 0 to {MAX_REQUESTS_PER_LEVEL:,} requests"
@@ -114,8 +140,23 @@ class RecordConfig:
                 raise ConfigError(
                     f"{option} {tokens} is above {MAX_TOKENS:,} tokens, past any model's context"
                 )
-        if not self.resume:  # a resumed run keeps its own counts (checked against the run's)
+        for option, ratio in (
+            ("--input-len-range", self.input_len_range),
+            ("--output-len-range", self.output_len_range),
+        ):
+            if ratio is not None and not 0 <= ratio < 1:
+                raise ConfigError(
+                    f"{option} {ratio:g} must be at least 0 and below 1: lengths are drawn "
+                    "uniformly in [L(1-R), L(1+R)] around the length (e.g. 0.5: 512 to 1536 "
+                    "around 1024)"
+                )
+        if self.request_rate is not None:
+            self._check_rates()
+        elif not self.resume:  # a resumed run keeps its own counts (checked against the run's)
             check_request_counts(self.requests_per_level, self.concurrency)
+        for option, value in (("--arrival", "arrival"), ("--burstiness", "burstiness")):
+            if self.request_rate is None and self.set_by_user(value):
+                raise ConfigError(f"{option} shapes rate levels: add --request-rate (e.g. 1,2,4)")
         if self.server_log is not None and not Path(self.server_log).is_file():
             raise ConfigError(f"--server-log {self.server_log}: no such file")
         if self.run_id is not None:
@@ -124,8 +165,76 @@ class RecordConfig:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
 
+    def set_by_user(self, name: str) -> bool:
+        """Whether the user set this field: given on the command line (``given``), else (library
+        use) a value other than the default."""
+        if self.given is not None:
+            return name in self.given
+        return bool(getattr(self, name) != getattr(RecordConfig(), name))
+
+    def _check_rates(self) -> None:
+        if self.set_by_user("concurrency"):
+            raise ConfigError(
+                "--concurrency and --request-rate both given: a sweep's levels are either "
+                "concurrency levels (closed loop) or request rates (open loop); pass one"
+            )
+        check_burstiness(self.arrival, self.burstiness)
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ConfigError(f"--max-concurrency {self.max_concurrency} must be at least 1")
+        count = self.requests_per_level
+        if count.fixed is None and self.set_by_user("requests_per_level"):
+            raise ConfigError(
+                f"--requests-per-level {count} is a multiple of a concurrency level; a rate "
+                f"level takes a count (e.g. --requests-per-level {DEFAULT_RATE_REQUESTS}) or "
+                "--duration SECONDS"
+            )
+        if self.duration_s is None:
+            return
+        if not 0 < self.duration_s <= MAX_DURATION_S:
+            raise ConfigError(
+                f"--duration {self.duration_s:g} must be positive seconds, at most a week"
+            )
+        if count.fixed is not None:
+            raise ConfigError(
+                "--duration and --requests-per-level both given: a rate level lasts a count of "
+                "requests or a number of seconds; pass one"
+            )
+        if all(rate == math.inf for rate in self.request_rate or []):
+            raise ConfigError(
+                "--duration needs a finite --request-rate: an 'inf' level sends its requests "
+                "all at once; give --requests-per-level N instead"
+            )
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
+
+    def level_keys(self) -> list[int]:
+        """The levels' keys: C (closed loop), or a rate level's 1-based position."""
+        if self.request_rate is not None:
+            return list(range(1, len(self.request_rate) + 1))
+        return list(self.concurrency)
+
+    def rates_by_key(self) -> dict[str, float]:
+        return {str(i): rate for i, rate in enumerate(self.request_rate or [], start=1)}
+
+    def requests_for(self, key: int) -> int:
+        """Measured requests planned at a level."""
+        if self.request_rate is None:
+            return self.requests_per_level.for_level(key)
+        if self.requests_per_level.fixed is not None:
+            return self.requests_per_level.fixed
+        if self.duration_s is None:
+            return DEFAULT_RATE_REQUESTS
+        finite = [r for r in self.request_rate if r != math.inf]
+        rate = self.request_rate[key - 1]
+        # An 'inf' level sends as many as the fastest finite level, all at once.
+        return max(1, round((rate if rate != math.inf else max(finite)) * self.duration_s))
+
     def warmup_for(self, concurrency: int) -> int:
-        return concurrency if self.warmup is None else self.warmup
+        if self.warmup is not None:
+            return self.warmup
+        return DEFAULT_RATE_WARMUP if self.request_rate is not None else concurrency
 
 
 def default_run_id(model: str, now: datetime) -> str:

@@ -71,7 +71,7 @@ def new_manifest(
     started: datetime,
     origin_ns: int,
 ) -> RunManifest:
-    levels = config.concurrency
+    levels = config.level_keys()
     manifest = RunManifest(
         run_id=run_id,
         started_at=started,
@@ -87,18 +87,7 @@ def new_manifest(
             model=model,
             served_model_name=model if model in info.model_ids else None,
         ),
-        workload=Workload(
-            input_len=config.input_len,
-            output_len=config.output_len,
-            concurrency_levels=list(levels),
-            requests_per_level={str(c): config.requests_per_level.for_level(c) for c in levels},
-            warmup_per_level=config.warmup if config.warmup is not None else 0,
-            ignore_eos=config.ignore_eos,
-            seed=config.seed,
-            warmup_requests={str(c): config.warmup_for(c) for c in levels},
-            unique_prefix=not config.shared_prefix,
-            request_params=sent_params(config),
-        ),
+        workload=new_workload(config),
         client=Client(
             host=socket.gethostname(),
             python=platform.python_version(),
@@ -116,6 +105,33 @@ def new_manifest(
         setattr(server.config, key, fact)
     apply_user_facts(manifest, config)
     return manifest
+
+
+def new_workload(config: RecordConfig) -> Workload:
+    """What a new run will send, as the manifest keeps it."""
+    levels = config.level_keys()
+    workload = Workload(
+        input_len=config.input_len,
+        output_len=config.output_len,
+        concurrency_levels=list(levels),
+        requests_per_level={str(c): config.requests_for(c) for c in levels},
+        warmup_per_level=config.warmup if config.warmup is not None else 0,
+        ignore_eos=config.ignore_eos,
+        seed=config.seed,
+        warmup_requests={str(c): config.warmup_for(c) for c in levels},
+        unique_prefix=not config.shared_prefix,
+        request_params=sent_params(config),
+    )
+    workload.input_len_range = config.input_len_range or None
+    workload.output_len_range = config.output_len_range or None
+    if config.open_loop:
+        workload.load = "rate"
+        workload.request_rates = config.rates_by_key()
+        workload.arrival = config.arrival
+        workload.burstiness = config.burstiness if config.arrival != "constant" else None
+        workload.max_concurrency = config.max_concurrency
+        workload.duration_s = config.duration_s
+    return workload
 
 
 def _unix_ns(moment: datetime) -> int:

@@ -9,6 +9,7 @@ import math
 import sys
 import time
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,6 +50,10 @@ class LevelStats:
     started_s: float = field(default_factory=time.monotonic)
     last_error: str | None = None
     chunk_sum_mismatches: int = 0  # ok requests whose chunk token counts do not add up to usage
+    label: str | None = None  # how the level is named: "C=4", "2 req/s" (default: its key)
+    # Where lengths vary per request: (got, asked) of each request whose count missed its own.
+    prompt_misses: list[tuple[int, int]] = field(default_factory=list)
+    completion_misses: list[tuple[int, int]] = field(default_factory=list)
 
     def add(self, trace: RequestTrace) -> None:
         self.done += 1
@@ -72,8 +77,14 @@ class LevelStats:
             )
         if trace.prompt_tokens is not None:
             self.prompt_tokens.append(trace.prompt_tokens)
+            asked = trace.asked_input_tokens
+            if asked is not None and trace.prompt_tokens != asked:
+                self.prompt_misses.append((trace.prompt_tokens, asked))
         if trace.completion_tokens is not None:
             self.completion_tokens.append(trace.completion_tokens)
+            asked = trace.asked_output_tokens
+            if asked is not None and trace.completion_tokens != asked:
+                self.completion_misses.append((trace.completion_tokens, asked))
             if trace.chunk_tokens and sum(trace.chunk_tokens) != trace.completion_tokens:
                 self.chunk_sum_mismatches += 1
 
@@ -89,9 +100,13 @@ class LevelStats:
         """The median of the last :data:`ITL_WINDOW` gaps (the live display's; NaN: none)."""
         return percentile(self.itl_ms[-ITL_WINDOW:].tolist(), 50)
 
+    @property
+    def name(self) -> str:
+        return self.label or str(self.concurrency)
+
     def summary(self) -> str:
         return (
-            f"level {self.concurrency}: {self.done}/{self.total} requests, "
+            f"level {self.name}: {self.done}/{self.total} requests, "
             f"TTFT p50 {_ms(percentile(self.ttft_ms, 50))}, "
             f"ITL p50 {_ms(self.recent_itl_p50_ms())}, errors {self.errors}"
         )
@@ -102,7 +117,7 @@ def _ms(value: float) -> str:
 
 
 class Progress(Protocol):
-    def start(self, run_id: str, levels: list[int]) -> None: ...
+    def start(self, run_id: str, levels: Sequence[int | str]) -> None: ...
     def level_started(self, stats: LevelStats) -> None: ...
     def request_done(self, stats: LevelStats) -> None: ...
     def level_finished(self, stats: LevelStats) -> None: ...
@@ -111,7 +126,7 @@ class Progress(Protocol):
 
 
 class NullProgress:
-    def start(self, run_id: str, levels: list[int]) -> None:
+    def start(self, run_id: str, levels: Sequence[int | str]) -> None:
         pass
 
     def level_started(self, stats: LevelStats) -> None:
@@ -136,8 +151,12 @@ class LineProgress(NullProgress):
     def __init__(self, console: Console | None = None):
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
 
-    def start(self, run_id: str, levels: list[int]) -> None:
+    def start(self, run_id: str, levels: Sequence[int | str]) -> None:
         self.console.print(f"recording {run_id}: levels {', '.join(map(str, levels))}")
+
+    def level_started(self, stats: LevelStats) -> None:
+        if stats.label is not None:
+            self.console.print(f"level {stats.concurrency}: {stats.label}")
 
     def level_finished(self, stats: LevelStats) -> None:
         self.console.print(stats.summary())
@@ -156,7 +175,7 @@ class RichProgress(LineProgress):
         self._live: Live | None = None
         self._run_id = ""
 
-    def start(self, run_id: str, levels: list[int]) -> None:
+    def start(self, run_id: str, levels: Sequence[int | str]) -> None:
         self._run_id = run_id
         self._live = Live(
             get_renderable=self._table,
@@ -173,7 +192,7 @@ class RichProgress(LineProgress):
         rows = [*self._finished, *([self._current] if self._current else [])]
         for st in rows:
             table.add_row(
-                str(st.concurrency),
+                st.name,
                 f"{st.done} / {st.total}",
                 _ms(percentile(st.ttft_ms, 50)),
                 _ms(st.recent_itl_p50_ms()),

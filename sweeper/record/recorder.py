@@ -34,14 +34,26 @@ from sweeper.record.config import (
     CONNECTIONS_HEADROOM,
     DEFAULT_OUTPUT_LEN,
     PROMPT_BUILD_PARALLEL,
+    SEND_LATE_P99_MS,
     RecordConfig,
     default_run_id,
 )
 from sweeper.record.http import RawClient, describe_exception
 from sweeper.record.lag import LagMonitor, summarize_lag
-from sweeper.record.manifest import find_resumable, new_manifest, trim_partial_line
-from sweeper.record.progress import LevelStats, NullProgress, Progress
+from sweeper.record.manifest import (
+    find_resumable,
+    new_manifest,
+    new_workload,
+    trim_partial_line,
+)
+from sweeper.record.progress import LevelStats, NullProgress, Progress, percentile
 from sweeper.record.resume import check_resume, close_killed_attempts
+from sweeper.record.schedule import (
+    arrival_offsets,
+    arrival_rng,
+    resumed_offsets,
+    send_on_schedule,
+)
 from sweeper.record.scrape import (
     MetricsParser,
     Scraper,
@@ -57,11 +69,14 @@ from sweeper.record.serverinfo import (
     tokenizer_counter,
 )
 from sweeper.record.stamps import StampStats
-from sweeper.record.workers import WorkerPool, WorkerSettings
+from sweeper.record.workers import WORKER_LEAD_NS, LevelResult, WorkerPool, WorkerSettings
 from sweeper.record.workload import (
     PromptBuilder,
     TokenCounter,
+    asked_lengths,
     completion_body,
+    length_bounds,
+    level_name,
     request_id,
 )
 from sweeper.redact import Redactor, run_secrets
@@ -82,6 +97,7 @@ from sweeper.store import (
     load_trace_set,
     requests_files,
 )
+from sweeper.units import NS_PER_MS
 
 
 @dataclass(kw_only=True)
@@ -127,6 +143,8 @@ class _Sweep:
     builder: PromptBuilder
     shaper: RequestShaper
     lag: LagMonitor
+    url: str = ""  # where the requests go
+    endpoint: str = "completions"
 
 
 def record_sweep(
@@ -177,11 +195,7 @@ async def arecord_sweep(
     assert config.base_url is not None
     root, api = api_roots(config.base_url)
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-    max_level = max(previous.workload.concurrency_levels if previous else config.concurrency)
-    limits = httpx.Limits(
-        max_connections=max_level + CONNECTIONS_HEADROOM,
-        max_keepalive_connections=max_level + CONNECTIONS_HEADROOM,
-    )
+    limits = _limits(previous.workload if previous is not None else new_workload(config))
     timeout = httpx.Timeout(config.timeout_s, connect=CONNECT_TIMEOUT_S, pool=None)
     async with httpx.AsyncClient(
         headers=headers, limits=limits, timeout=timeout, transport=transport, trust_env=False
@@ -230,6 +244,16 @@ async def arecord_sweep(
                 await parser.aclose()
                 if streamer is not client:
                     await streamer.aclose()
+
+
+def _limits(workload: Workload) -> httpx.Limits:
+    """The httpx pool: a connection per stream, and for a rate level one per request in flight
+    (no cap unless --max-concurrency: a pool that made requests wait would hide a queue)."""
+    if workload.open_loop and workload.max_concurrency is None:
+        return httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    most = max(workload.concurrency_levels) if not workload.open_loop else 0
+    most = max(most, workload.max_concurrency or 0) + CONNECTIONS_HEADROOM
+    return httpx.Limits(max_connections=most, max_keepalive_connections=most)
 
 
 def _new_run(
@@ -311,17 +335,24 @@ async def _record(
     scraper = await _first_scrape(run, client, parser, info)
     shaper = RequestShaper(on_warning=run.warn)
     workload = manifest.workload
+    input_len = workload.input_len or config.input_len
     builder = PromptBuilder(
-        workload.input_len or config.input_len,
+        input_len,
         seed=workload.seed or 0,
         counter=counter,
         shared_prefix=workload.unique_prefix is False,
+        max_len=length_bounds(input_len, workload.input_len_range or 0)[1],
     )
     run.save()
-    run.progress.start(manifest.run_id, workload.concurrency_levels)
+    run.progress.start(
+        manifest.run_id,
+        [level_name(workload, k) if workload.open_loop else k for k in workload.concurrency_levels],
+    )
+    endpoint = manifest.target.endpoint
     sweep = _Sweep(
         run=run, client=streamer, api=api, model=model, builder=builder, shaper=shaper,
-        lag=LagMonitor(run.clock),
+        lag=LagMonitor(run.clock), endpoint=endpoint,
+        url=f"{api}/chat/completions" if endpoint == "chat" else f"{api}/completions",
     )  # fmt: skip
     scrape_task = asyncio.create_task(scraper.run()) if scraper.urls else None
     lag_task = asyncio.create_task(sweep.lag.run())
@@ -400,7 +431,7 @@ def _worker_pool(run: _Run, headers: dict[str, str], http_client: str) -> Worker
         origin_ns=run.origin_ns,
         timeout_s=config.timeout_s,
         headers=headers,
-        max_connections=max(run.manifest.workload.concurrency_levels),
+        max_connections=_limits(run.manifest.workload).max_connections or 0,
         http_client=http_client,
         secrets=tuple(
             run_secrets(
@@ -507,22 +538,25 @@ def _read_server_log(run: _Run) -> None:
 async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None = None) -> None:
     run = sweep.run
     config, manifest = run.config, run.manifest
-    concurrency = level.concurrency
+    key = level.concurrency
     workload = manifest.workload
-    measured = workload.requests_per_level.get(
-        str(concurrency), config.requests_per_level.for_level(concurrency)
-    )
-    warmup = _warmup_count(workload, concurrency)
+    measured = workload.requests_per_level.get(str(key), config.requests_for(key))
+    warmup = _warmup_count(workload, key)
+    open_loop = workload.open_loop
     indices = [
-        i for i in range(warmup + measured) if request_id(concurrency, i) not in run.done_ids
+        i
+        for i in range(warmup + measured)
+        if request_id(key, i, open_loop=open_loop) not in run.done_ids
     ]
     # A resumed level is one level: its earlier requests, failures included, count in its
     # figures and its error rate.
-    stats = LevelStats(concurrency, total=warmup + measured)
-    for trace in run.earlier.get(concurrency, []):
+    stats = LevelStats(
+        key, total=warmup + measured, label=level_name(workload, key) if open_loop else None
+    )
+    for trace in run.earlier.get(key, []):
         stats.add(trace)
     resumed = level.status in ("interrupted", "running", "aborted") and level.start_ns is not None
-    specs = await _build_specs(run, sweep.builder, sweep.model, concurrency, indices, warmup)
+    specs = await _build_specs(run, sweep.builder, sweep.model, key, indices, warmup)
     level.status = "running"
     start_ns = run.now_ns()
     level.start_ns = level.start_ns if resumed and level.start_ns is not None else start_ns
@@ -531,8 +565,6 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
     run.save()
     run.progress.level_started(stats)
     sweep.lag.reset()
-    endpoint = manifest.target.endpoint
-    url = f"{sweep.api}/chat/completions" if endpoint == "chat" else f"{sweep.api}/completions"
     allowed_failures = config.max_error_rate * measured
 
     def failed_too_often() -> bool:
@@ -546,17 +578,10 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
 
     if failed_too_often():
         specs = []  # its earlier requests failed too often already: nothing more is sent
-    stamps = StampStats()
-    if pool is not None and specs:
-        result = await pool.run_level(url, endpoint, concurrency, specs, take)
-        summary = summarize_lag(result.lag_ms, concurrency)
-        for state in result.stamps:
-            stamps.merge(state)
-    else:
-        await _stream_level(sweep, url, concurrency, specs, take, stamps)
-        summary = sweep.lag.summary(concurrency)
+    sent = await _send_level(sweep, key, specs, take, pool)
     level.end_ns = run.now_ns()
-    _self_check(run, stats, summary, stamps.summary(concurrency))
+    _self_check(run, stats, sent.lag, sent.stamps.summary(key))
+    _check_schedule(run, key, sent.late_ns)
     _check_lengths(run, stats)
     run.progress.level_finished(stats)
     if (
@@ -568,15 +593,116 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
         _end_attempt(level, "aborted")
         level.message = (
             f"error rate {stats.error_rate:.0%} ({stats.measured_errors} of {stats.measured_done} "
-            f"measured requests{_earlier(run, concurrency)}) passed --max-error-rate "
+            f"measured requests{_earlier(run, key)}) passed --max-error-rate "
             f"{config.max_error_rate:g}"
             + (f"; last error: {stats.last_error}" if stats.last_error else "")
         )
         run.save()
-        raise ErrorRateExceeded(f"stopped the sweep at concurrency {concurrency}: {level.message}")
+        raise ErrorRateExceeded(
+            f"stopped the sweep at {level_name(workload, key, long=True)}: {level.message}"
+        )
     level.status = "complete"
     _end_attempt(level, "complete")
     run.save()
+
+
+@dataclass
+class _Sent:
+    """What sending a level's requests measured about the recorder itself."""
+
+    stamps: StampStats = field(default_factory=StampStats)
+    lag_ms: list[float] = field(default_factory=list)  # from the workers
+    lag: LoopLag | None = None
+    late_ns: list[int] = field(default_factory=list)  # open loop: start after the due time
+
+
+async def _send_level(
+    sweep: _Sweep,
+    key: int,
+    specs: list[RequestSpec],
+    take: Callable[[RequestTrace], bool],
+    pool: WorkerPool | None,
+) -> _Sent:
+    """Send a level's specs, in this process or on the workers: a closed loop of C streams, or
+    (rate levels) the warm-up first, then the measured requests on their schedule."""
+    run = sweep.run
+    workload = run.manifest.workload
+    sent = _Sent()
+    stopped = False
+
+    def keep(trace: RequestTrace) -> bool:
+        nonlocal stopped
+        stopped = stopped or not take(trace)
+        return not stopped
+
+    async def closed(streams: int, part: list[RequestSpec]) -> None:
+        if pool is not None:
+            _merge(sent, await pool.run_level(sweep.url, sweep.endpoint, streams, part, keep))
+        else:
+            await _stream_level(sweep, streams, part, keep, sent.stamps)
+
+    if not workload.open_loop:
+        if specs:
+            await closed(key, specs)
+    else:
+        warm = [s for s in specs if s.phase == "warmup"]
+        if warm:  # before the schedule: at once, at most --max-concurrency at a time
+            await closed(min(len(warm), workload.max_concurrency or len(warm)), warm)
+        measured = [s for s in specs if s.phase == "measured"]
+        if measured and not stopped:
+            await _open_level(sweep, measured, keep, pool, sent)
+    sent.lag = summarize_lag(sent.lag_ms, key) if pool is not None else sweep.lag.summary(key)
+    return sent
+
+
+def _merge(sent: _Sent, result: LevelResult) -> None:
+    sent.lag_ms.extend(result.lag_ms)
+    sent.late_ns.extend(result.late_ns)
+    for state in result.stamps:
+        sent.stamps.merge(state)
+
+
+async def _open_level(
+    sweep: _Sweep,
+    specs: list[RequestSpec],
+    keep: Callable[[RequestTrace], bool],
+    pool: WorkerPool | None,
+    sent: _Sent,
+) -> None:
+    """A rate level's measured requests, each at its due time: the level's schedule starts now
+    (the workers': shortly, once each has its share); a resumed level's missing requests keep
+    their offsets, shifted so the first is due at once (:func:`resumed_offsets`)."""
+    run = sweep.run
+    start = run.now_ns() + (WORKER_LEAD_NS if pool is not None else 0)
+    for spec, offset in zip(specs, resumed_offsets([s.offset_ns for s in specs]), strict=True):
+        spec.scheduled_ns = start + offset
+    specs.sort(key=lambda spec: spec.scheduled_ns or 0)
+    cap = run.manifest.workload.max_concurrency
+    if pool is not None:
+        _merge(
+            sent,
+            await pool.run_level(
+                sweep.url, sweep.endpoint, 0, specs, keep, open_loop=True, cap=cap
+            ),
+        )
+        return
+
+    async def send(spec: RequestSpec) -> bool:
+        return keep(await _send_one(sweep, spec, sent.stamps))
+
+    sent.late_ns += await send_on_schedule(
+        specs, send, origin_ns=run.origin_ns, clock=run.clock, cap=cap
+    )
+
+
+async def _send_one(sweep: _Sweep, spec: RequestSpec, stamps: StampStats) -> RequestTrace:
+    run = sweep.run
+    trace = await stream_request(
+        sweep.client, sweep.url, spec, endpoint=sweep.endpoint, origin_ns=run.origin_ns,
+        timeout_s=run.config.timeout_s, shaper=sweep.shaper, clock=run.clock, stamps=stamps,
+    )  # fmt: skip
+    run.writer.append_request(trace)
+    return trace
 
 
 def _earlier(run: _Run, concurrency: int) -> str:
@@ -596,31 +722,22 @@ def _end_attempt(
 
 async def _stream_level(
     sweep: _Sweep,
-    url: str,
-    concurrency: int,
+    streams: int,
     specs: list[RequestSpec],
     take: Callable[[RequestTrace], bool],
     stamps: StampStats,
 ) -> None:
-    """A level's requests in this process: one closed-loop stream per concurrent request, each
-    sending its next when the last one ends, until the specs run out or ``take`` says stop."""
-    run = sweep.run
-    endpoint = run.manifest.target.endpoint
+    """Requests in this process: one closed-loop stream per concurrent request, each sending
+    its next when the last one ends, until the specs run out or ``take`` says stop."""
     queue = list(reversed(specs))
 
     async def stream() -> None:
         while queue:
-            spec = queue.pop()
-            trace = await stream_request(
-                sweep.client, url, spec, endpoint=endpoint, origin_ns=run.origin_ns,
-                timeout_s=run.config.timeout_s, shaper=sweep.shaper, clock=run.clock,
-                stamps=stamps,
-            )  # fmt: skip
-            run.writer.append_request(trace)
+            trace = await _send_one(sweep, queue.pop(), stamps)
             if not take(trace):
                 queue.clear()  # stop sending
 
-    await asyncio.gather(*(stream() for _ in range(min(concurrency, len(specs)))))
+    await asyncio.gather(*(stream() for _ in range(min(streams, len(specs)))))
 
 
 def _warmup_count(workload: Workload, concurrency: int) -> int:
@@ -628,22 +745,30 @@ def _warmup_count(workload: Workload, concurrency: int) -> int:
 
 
 async def _build_specs(
-    run: _Run, builder: PromptBuilder, model: str, concurrency: int, indices: list[int], warmup: int
+    run: _Run, builder: PromptBuilder, model: str, key: int, indices: list[int], warmup: int
 ) -> list[RequestSpec]:
-    """All prompts of a level, built before it starts (no /tokenize traffic during it)."""
+    """All prompts of a level, built before it starts (no /tokenize traffic during it); a rate
+    level's measured requests get their due times within the level (``offset_ns``)."""
     workload = run.manifest.workload
     gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
+    offsets = _level_offsets(workload, key, warmup)
 
     async def one(index: int) -> RequestSpec:
+        asked_in, asked_out = asked_lengths(workload, key, index)
         async with gate:
-            prompt = await builder.build(concurrency, index)
+            prompt = await builder.build(key, index, target=asked_in)
         body = completion_body(
             model, prompt, endpoint=run.manifest.target.endpoint,
-            output_len=workload.output_len or DEFAULT_OUTPUT_LEN, ignore_eos=bool(workload.ignore_eos),
+            output_len=asked_out or workload.output_len or DEFAULT_OUTPUT_LEN,
+            ignore_eos=bool(workload.ignore_eos),
         )  # fmt: skip
         phase = "warmup" if index < warmup else "measured"
-        rid = request_id(concurrency, index)
-        return RequestSpec(rid, concurrency, phase, body, header_id=f"{run.manifest.run_id}-{rid}")
+        rid = request_id(key, index, open_loop=workload.open_loop)
+        spec = RequestSpec(rid, key, phase, body, header_id=f"{run.manifest.run_id}-{rid}")
+        spec.asked_input_tokens, spec.asked_output_tokens = asked_in, asked_out
+        if offsets and index >= warmup:
+            spec.offset_ns = offsets[index - warmup]
+        return spec
 
     try:
         return list(await asyncio.gather(*(one(i) for i in indices)))
@@ -653,6 +778,17 @@ async def _build_specs(
         ) from exc
 
 
+def _level_offsets(workload: Workload, key: int, warmup: int) -> list[int]:
+    """A rate level's due times (ns after its start) by measured index; [] in a closed loop."""
+    rate = workload.offered_rate(key)
+    if rate is None:
+        return []
+    count = workload.requests_per_level.get(str(key), 0)
+    arrival = workload.arrival or "poisson"
+    rng = arrival_rng(workload.seed or 0, key, rate)
+    return arrival_offsets(count, rate, arrival, workload.burstiness or 1.0, rng)
+
+
 def _self_check(
     run: _Run, stats: LevelStats, lag: LoopLag | None, stamps: StampCheck | None
 ) -> None:
@@ -660,6 +796,7 @@ def _self_check(
     rules the ``client_health`` finding applies (:class:`sweeper.analysis.thresholds.Thresholds`). With
     kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
     concurrency = stats.concurrency
+    where = level_name(run.manifest.workload, concurrency, long=True)
     client = run.manifest.client
     if lag is not None:
         client.loop_lag = [x for x in client.loop_lag if x.concurrency != concurrency] + [lag]
@@ -678,7 +815,7 @@ def _self_check(
     if stamps is not None and stamps.source == "kernel":
         if th.stamps_distorted(stamps):
             run.warn(
-                f"the recorder read late at concurrency {concurrency}: "
+                f"the recorder read late at {where}: "
                 f"{stamps.merged_chunks} of {stamps.chunks} chunks "
                 f"({stamps.merged_chunks / stamps.chunks:.1%}) shared a socket read with their "
                 f"stream's next chunk while reads waited up to {stamps.read_delay_p99_ms:.1f} ms "
@@ -688,35 +825,68 @@ def _self_check(
             )
     elif lag is not None and th.loop_lag_distorts(lag.p99_ms, stats.itl_p50_ms()):
         run.warn(
-            f"the recorder's event loop lagged at concurrency {concurrency} (p99 "
+            f"the recorder's event loop lagged at {where} (p99 "
             f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
             "by up to that much (this process or the machine was busy: fewer streams per "
             f"process{scrapes}, or a less loaded machine, would help)"
         )
 
 
+def _check_schedule(run: _Run, key: int, late_ns: list[int]) -> None:
+    """Warn where the recorder started a rate level's requests late: its own delay, not the
+    server's, would then sit in the client queue (``send - scheduled``)."""
+    if not late_ns:
+        return
+    late_ms = [n / NS_PER_MS for n in late_ns]
+    p99 = percentile(late_ms, 99)
+    if p99 <= SEND_LATE_P99_MS:
+        return
+    run.warn(
+        f"the recorder could not keep the schedule at "
+        f"{level_name(run.manifest.workload, key, long=True)}: requests started up to "
+        f"{p99:.1f} ms after their due time (p99, max {max(late_ms):.1f} ms), which their client "
+        "queue includes (a lower rate, more --workers, or a less loaded machine would help)"
+    )
+
+
 def _check_lengths(run: _Run, stats: LevelStats) -> None:
+    """Warn where the server's usage says lengths were not what was asked: the run's fixed
+    --input-len / --output-len, or each request's own where lengths vary."""
     workload = run.manifest.workload
-    c = stats.concurrency
+    where = level_name(workload, stats.concurrency, long=True)
     if stats.chunk_sum_mismatches:
         run.warn(
-            f"concurrency {c}: in {stats.chunk_sum_mismatches} requests the per-chunk token counts "
+            f"{where}: in {stats.chunk_sum_mismatches} requests the per-chunk token counts "
             "do not add up to the server's usage (it gives no per-chunk counts, so each chunk "
             "was counted as one token); ITL per chunk is exact, per-token views are estimates"
         )
-    if workload.input_len is not None and stats.prompt_tokens:
-        off = [n for n in stats.prompt_tokens if n != workload.input_len]
-        if off:
+    for misses, counted, what in (
+        (stats.prompt_misses, stats.prompt_tokens, "had a prompt of"),
+        (stats.completion_misses, stats.completion_tokens, "produced"),
+    ):
+        if misses:
+            off = [got - asked for got, asked in misses]
             run.warn(
-                f"concurrency {c}: {len(off)} of {len(stats.prompt_tokens)} requests had a prompt of "
-                f"{min(off)}..{max(off)} tokens, not --input-len {workload.input_len} (server usage)"
+                f"{where}: {len(misses)} of {len(counted)} requests {what} a length other than "
+                f"they asked for, by {min(off):+d}..{max(off):+d} tokens (server usage)"
             )
-    if workload.output_len is not None and stats.completion_tokens:
-        off = [n for n in stats.completion_tokens if n != workload.output_len]
-        if off:
+    varied_in = workload.input_len_range or stats.prompt_misses
+    if workload.input_len is not None and stats.prompt_tokens and not varied_in:
+        off_in = [n for n in stats.prompt_tokens if n != workload.input_len]
+        if off_in:
             run.warn(
-                f"concurrency {c}: {len(off)} of {len(stats.completion_tokens)} requests produced "
-                f"{min(off)}..{max(off)} tokens, not --output-len {workload.output_len} (server usage)"
+                f"{where}: {len(off_in)} of {len(stats.prompt_tokens)} requests had a prompt of "
+                f"{min(off_in)}..{max(off_in)} tokens, not --input-len {workload.input_len} "
+                "(server usage)"
+            )
+    varied_out = workload.output_len_range or stats.completion_misses
+    if workload.output_len is not None and stats.completion_tokens and not varied_out:
+        off_out = [n for n in stats.completion_tokens if n != workload.output_len]
+        if off_out:
+            run.warn(
+                f"{where}: {len(off_out)} of {len(stats.completion_tokens)} requests produced "
+                f"{min(off_out)}..{max(off_out)} tokens, not --output-len {workload.output_len} "
+                "(server usage)"
             )
 
 

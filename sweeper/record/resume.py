@@ -26,13 +26,14 @@ from typing import Any
 from sweeper.errors import ConfigError
 from sweeper.record.config import USER_SERVER_FACTS, RecordConfig
 from sweeper.record.serverinfo import api_roots
-from sweeper.record.workload import short_levels
+from sweeper.record.workload import level_name, short_levels
 from sweeper.schema import (
     Fact,
     LevelAttempt,
     LevelStatus,
     RequestTrace,
     RunManifest,
+    Workload,
     fact_value,
     strip_credentials,
 )
@@ -63,6 +64,7 @@ def _flag(name: str) -> str:
         "timeout_s": "timeout",
         "metrics_urls": "metrics-url",
         "labels": "label",
+        "duration_s": "duration",
     }.get(name, name.replace("_", "-"))
 
 
@@ -70,11 +72,20 @@ def _levels(values: Iterable[int]) -> str:
     return ",".join(map(str, values))
 
 
-def _per_level(counts: dict[str, int], levels: list[int]) -> str:
+def _per_level(counts: dict[str, int], levels: list[int], workload: Workload) -> str:
     shown = (counts.get(str(c)) for c in levels)
     return ", ".join(
-        f"C={c}: {'none' if n is None else n}" for c, n in zip(levels, shown, strict=True)
+        f"{level_name(workload, c)}: {'none' if n is None else n}"
+        for c, n in zip(levels, shown, strict=True)
     )
+
+
+def _rates(rates: list[float] | None) -> str:
+    return "(none)" if not rates else ",".join(f"{r:g}" for r in rates)
+
+
+def _optional(value: Any) -> str:
+    return "(none)" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -96,22 +107,40 @@ def _workload_differences(
     """(option, recorded, given) for each measured-shaping option given with another value."""
     workload, target = manifest.workload, manifest.target
     levels = list(workload.concurrency_levels)
-    planned_levels = config.concurrency if "concurrency" in given else levels
+    recorded_rates = (
+        [workload.request_rates[str(k)] for k in levels] if workload.open_loop else None
+    )
+    # The counts a rate run plans are a rate level's (the run's rates, unless given again).
+    planned = config
+    if recorded_rates is not None and "request_rate" not in given:
+        planned = dataclasses.replace(config, request_rate=recorded_rates, concurrency=[1])
+    planned_levels = planned.level_keys() if {"concurrency", "request_rate"} & given else levels
     checks: dict[str, tuple[Any, Any, Callable[[Any], str]]] = {
         "endpoint": (target.endpoint, config.endpoint, str),
         "model": (target.model, config.model, str),
         "input_len": (workload.input_len, config.input_len, str),
         "output_len": (workload.output_len, config.output_len, str),
         "concurrency": (levels, config.concurrency, _levels),
+        "request_rate": (recorded_rates, config.request_rate, _rates),
+        "arrival": (workload.arrival, config.arrival, _optional),
+        "burstiness": (workload.burstiness, config.burstiness, _optional),
+        "max_concurrency": (workload.max_concurrency, config.max_concurrency, _optional),
+        "duration_s": (workload.duration_s, config.duration_s, _optional),
+        "input_len_range": (workload.input_len_range, config.input_len_range or None, _optional),
+        "output_len_range": (
+            workload.output_len_range,
+            config.output_len_range or None,
+            _optional,
+        ),
         "requests_per_level": (
             {str(c): workload.requests_per_level.get(str(c)) for c in planned_levels},
-            {str(c): config.requests_per_level.for_level(c) for c in planned_levels},
-            lambda counts: _per_level(counts, planned_levels),
+            {str(c): planned.requests_for(c) for c in planned_levels},
+            lambda counts: _per_level(counts, planned_levels, workload),
         ),
         "warmup": (
             {str(c): workload.warmup_requests.get(str(c)) for c in planned_levels},
-            {str(c): config.warmup_for(c) for c in planned_levels},
-            lambda counts: _per_level(counts, planned_levels),
+            {str(c): planned.warmup_for(c) for c in planned_levels},
+            lambda counts: _per_level(counts, planned_levels, workload),
         ),
         "seed": (workload.seed, config.seed, str),
         "ignore_eos": (
@@ -243,7 +272,7 @@ def check_resume(config: RecordConfig, manifest: RunManifest) -> list[str]:
         for c in workload.concurrency_levels
         if (level := manifest.level(c)) is None or level.status != "complete"
     }
-    short = short_levels(unfinished)
+    short = None if workload.open_loop else short_levels(unfinished)
     if short is not None:
         raise ConfigError(
             f"--resume: run {manifest.run_id!r} plans fewer measured requests than streams at "

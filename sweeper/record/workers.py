@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import queue
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
@@ -40,6 +40,7 @@ from sweeper.record.client import (
 from sweeper.record.config import CONNECT_TIMEOUT_S
 from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor
+from sweeper.record.schedule import send_on_schedule
 from sweeper.record.stamps import StampStats
 from sweeper.redact import Redactor
 from sweeper.schema import RequestTrace
@@ -50,6 +51,9 @@ PARENT_CHECK_S = 0.5  # how often a worker checks that its parent is still alive
 STOP_GRACE_S = 5.0
 POLL_S = 0.2  # longest wait on the result queue before checking on the workers
 CONNECTIONS_HEADROOM = 2
+# A rate level's schedule starts this long after the parent hands out the specs, so that every
+# worker has its share before the first request is due.
+WORKER_LEAD_NS = 200_000_000
 
 
 def worker_requests_name(index: int) -> str:
@@ -64,7 +68,7 @@ class WorkerSettings:
     origin_ns: int
     timeout_s: float
     headers: dict[str, str]
-    max_connections: int
+    max_connections: int  # 0: no limit (rate levels without --max-concurrency)
     http_client: str = "raw"  # "raw": sweeper.record.http streams; "httpx": the httpx pool
     # What the run's writer masks (the key, the URLs' user info, the headers' values): the
     # workers' writers mask the same
@@ -77,6 +81,8 @@ class LevelJob:
     endpoint: str
     streams: int
     specs: list[RequestSpec]
+    open_loop: bool = False  # send each spec at its scheduled_ns instead of in streams
+    cap: int | None = None  # open loop: requests in flight at most
 
 
 @dataclass
@@ -85,6 +91,7 @@ class LevelResult:
     stamps: list[tuple[int, int, int, int, bytes]] = field(
         default_factory=list
     )  # StampStats.state()
+    late_ns: list[int] = field(default_factory=list)  # open loop: starts after the due time
 
 
 def split_level(
@@ -157,16 +164,24 @@ class WorkerPool:
 
     async def run_level(
         self, url: str, endpoint: str, concurrency: int, specs: list[RequestSpec],
-        on_trace: Callable[[RequestTrace], bool],
+        on_trace: Callable[[RequestTrace], bool], *, open_loop: bool = False,
+        cap: int | None = None,
     ) -> LevelResult:  # fmt: skip
-        """Run one level on the workers. ``on_trace`` is called per finished request; when it
-        returns False the workers stop taking new requests (the error-rate stop)."""
+        """Run one level on the workers: ``concurrency`` closed-loop streams, or (``open_loop``)
+        each spec at its ``scheduled_ns``, the specs dealt in turn. ``on_trace`` is called per
+        finished request; when it returns False the workers stop taking new requests (the
+        error-rate stop)."""
         self._stop.clear()
-        shares = split_level(specs, concurrency, self.count)
+        if open_loop:
+            dealt = [specs[w :: self.count] for w in range(self.count)]
+            shares = [(0, mine) for mine in dealt if mine]
+        else:
+            shares = split_level(specs, concurrency, self.count)
         for index, (streams, mine) in enumerate(shares):
             for spec in mine:
                 spec.worker = index
-            self._commands[index].put(LevelJob(url, endpoint, streams, mine))
+            job = LevelJob(url, endpoint, streams, mine, open_loop=open_loop, cap=cap)
+            self._commands[index].put(job)
         result = LevelResult()
         pending = len(shares)
         while pending:
@@ -181,6 +196,7 @@ class WorkerPool:
             elif kind == "level_done":
                 result.lag_ms.extend(payload[0])
                 result.stamps.append(payload[1])
+                result.late_ns.extend(payload[2])
                 pending -= 1
             elif kind == "failed":
                 raise SweeperError(f"a recorder worker failed: {payload[0]}")
@@ -235,10 +251,8 @@ async def _worker_loop(
     index: int, settings: WorkerSettings, commands: Any, results: Any, stop: Any, parent_pid: int
 ) -> None:
     loop = asyncio.get_running_loop()
-    limits = httpx.Limits(
-        max_connections=settings.max_connections + CONNECTIONS_HEADROOM,
-        max_keepalive_connections=settings.max_connections + CONNECTIONS_HEADROOM,
-    )
+    most = settings.max_connections + CONNECTIONS_HEADROOM if settings.max_connections else None
+    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
     timeout = httpx.Timeout(settings.timeout_s, connect=CONNECT_TIMEOUT_S, pool=None)
     watchdog = asyncio.create_task(_exit_with_parent(parent_pid))
 
@@ -267,32 +281,49 @@ async def _worker_loop(
             lag = LagMonitor()
             lag_task = asyncio.create_task(lag.run())
             stamps = StampStats()
-            todo = list(reversed(job.specs))
             dropped_before = set(shaper.dropped)
 
-            async def one_stream(
-                job: LevelJob = job, todo: list[RequestSpec] = todo, stamps: StampStats = stamps
-            ) -> None:
-                while todo and not stop.is_set():
-                    spec = todo.pop()
-                    trace = await stream_request(
-                        client, job.url, spec, endpoint=job.endpoint, origin_ns=settings.origin_ns,
-                        timeout_s=settings.timeout_s, shaper=shaper, clock=default_clock,
-                        stamps=stamps,
-                    )  # fmt: skip
-                    line = trace.model_dump_json(exclude_none=True)
-                    writer.append_request(trace)
-                    results.put(("trace", line))
+            async def send(
+                spec: RequestSpec, job: LevelJob = job, stamps: StampStats = stamps
+            ) -> bool:
+                trace = await stream_request(
+                    client, job.url, spec, endpoint=job.endpoint, origin_ns=settings.origin_ns,
+                    timeout_s=settings.timeout_s, shaper=shaper, clock=default_clock,
+                    stamps=stamps,
+                )  # fmt: skip
+                line = trace.model_dump_json(exclude_none=True)
+                writer.append_request(trace)
+                results.put(("trace", line))
+                return not stop.is_set()
 
-            await asyncio.gather(*(one_stream() for _ in range(min(job.streams, len(job.specs)))))
+            late: list[int] = []
+            if job.open_loop:
+                late = await send_on_schedule(
+                    job.specs, send, origin_ns=settings.origin_ns, clock=default_clock, cap=job.cap
+                )
+            else:
+                await _closed_loop(job, send, stop)
             lag.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await lag_task
             if shaper.dropped != dropped_before:
                 results.put(("dropped", sorted(shaper.dropped)))
-            results.put(("level_done", lag.samples_ms, stamps.state()))
+            results.put(("level_done", lag.samples_ms, stamps.state(), late))
     writer.close()
     watchdog.cancel()
+
+
+async def _closed_loop(
+    job: LevelJob, send: Callable[[RequestSpec], Awaitable[bool]], stop: Any
+) -> None:
+    """The job's specs over its streams, each stream sending its next when the last one ends."""
+    todo = list(reversed(job.specs))
+
+    async def one_stream() -> None:
+        while todo and not stop.is_set():
+            await send(todo.pop())
+
+    await asyncio.gather(*(one_stream() for _ in range(min(job.streams, len(job.specs)))))
 
 
 async def _exit_with_parent(parent_pid: int) -> None:

@@ -12,6 +12,7 @@ counter the prompt is one word per token, approximately, and the recorder says s
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.errors import ConfigError
+from sweeper.i18n import level_label
+from sweeper.schema import Workload
 
 TokenCounter = Callable[[str], Awaitable[int]]
 """Counts the prompt tokens a request with this text would have (template and BOS included)."""
@@ -137,9 +140,21 @@ def check_request_counts(count: RequestCount, levels: list[int]) -> None:
     )
 
 
-def request_id(concurrency: int, index: int) -> str:
-    """Stable ids, so a resumed run knows which requests it already has."""
-    return f"c{concurrency}-{index:05d}"
+def request_id(level: int, index: int, *, open_loop: bool = False) -> str:
+    """Stable ids, so a resumed run knows which requests it already has: ``c{C}-{index}`` at a
+    concurrency level, ``r{key}-{index}`` at a rate level."""
+    return f"{'r' if open_loop else 'c'}{level}-{index:05d}"
+
+
+def level_name(workload: Workload, key: int, *, long: bool = False) -> str:
+    """A level as the recorder names it: ``C=4`` / ``2 req/s`` / ``all at once`` (short), or
+    ``concurrency 4`` / ``rate level 2 (2 req/s)`` (long, in warnings)."""
+    rate = workload.offered_rate(key)
+    if not long:
+        return level_label(key, rate, "en")
+    if rate is None:
+        return f"concurrency {key}"
+    return f"rate level {key} ({level_label(key, rate, 'en')})"
 
 
 class PromptBuilder:
@@ -152,6 +167,7 @@ class PromptBuilder:
         seed: int = 0,
         counter: TokenCounter | None = None,
         shared_prefix: bool = False,
+        max_len: int | None = None,
     ):
         if input_len < 1:
             raise ConfigError(f"--input-len {input_len} must be at least 1 token")
@@ -161,8 +177,9 @@ class PromptBuilder:
         self.shared_prefix = shared_prefix
         rng = random.Random(f"sweeper-body-{seed}")
         # One body for every request; words enough for any fit.
-        self._body = [rng.choice(_WORDS) for _ in range(input_len * 2 + 64)]
+        self._body = [rng.choice(_WORDS) for _ in range(max(input_len, max_len or 0) * 2 + 64)]
         self._fitted_words: int | None = None
+        self._fitted_target = 0
         self.inexact = 0  # prompts that could not be fitted exactly
 
     def prefix(self, concurrency: int, index: int) -> list[str]:
@@ -174,21 +191,60 @@ class PromptBuilder:
     def _text(self, prefix: list[str], words: int) -> str:
         return " ".join(prefix + self._body[: max(words, 0)])
 
-    async def build(self, concurrency: int, index: int) -> str:
+    async def build(self, concurrency: int, index: int, *, target: int | None = None) -> str:
+        """The prompt of request ``index`` at a level: ``target`` tokens (default: input_len)."""
+        target = target or self.input_len
         prefix = self.prefix(concurrency, index)
+        if len(self._body) < target * 2 + 64:  # a longer prompt than any before: more words
+            rng = random.Random(f"sweeper-body-{self.seed}-{len(self._body)}")
+            self._body += [rng.choice(_WORDS) for _ in range(target * 2 + 64 - len(self._body))]
         if self.counter is None:
-            return self._text(prefix, self.input_len - len(prefix))
+            return self._text(prefix, target - len(prefix))
+        # The last fit's words per token is the best first guess for this one.
+        start = target
+        if self._fitted_words is not None and self._fitted_target:
+            start = round(self._fitted_words * target / self._fitted_target)
         text, words, exact = await fit_prompt(
-            self.counter,
-            lambda n: self._text(prefix, n),
-            self.input_len,
-            start=self._fitted_words if self._fitted_words is not None else self.input_len,
+            self.counter, lambda n: self._text(prefix, n), target, start=start,
             limit=len(self._body),
-        )
-        self._fitted_words = words
+        )  # fmt: skip
+        self._fitted_words, self._fitted_target = words, target
         if not exact:
             self.inexact += 1
         return text
+
+
+def length_bounds(center: int, ratio: float) -> tuple[int, int]:
+    """The integers of [L(1-R), L(1+R)], at least 1: ``--input-len-range`` / ``--output-len-range``."""
+    low = max(1, math.ceil(center * (1 - ratio)))
+    return low, max(low, math.floor(center * (1 + ratio)))
+
+
+def sampled_length(
+    center: int, ratio: float | None, seed: int, what: str, key: int, index: int
+) -> int | None:
+    """Request ``index``'s length, uniform in :func:`length_bounds`, a function of the seed, the
+    level and the index alone (a resumed level asks the same); None without a range."""
+    if not ratio:
+        return None
+    low, high = length_bounds(center, ratio)
+    return random.Random(f"sweeper-{what}-len-{seed}-{key}-{index}").randint(low, high)
+
+
+def asked_lengths(workload: Workload, key: int, index: int) -> tuple[int | None, int | None]:
+    """(prompt, output) tokens request ``index`` of level ``key`` asks for where lengths vary
+    per request (``--input-len-range`` / ``--output-len-range``); None: the workload's own."""
+    seed = workload.seed or 0
+    asked_in = asked_out = None
+    if workload.input_len is not None:
+        asked_in = sampled_length(
+            workload.input_len, workload.input_len_range, seed, "in", key, index
+        )
+    if workload.output_len is not None:
+        asked_out = sampled_length(
+            workload.output_len, workload.output_len_range, seed, "out", key, index
+        )
+    return asked_in, asked_out
 
 
 async def fit_prompt(
