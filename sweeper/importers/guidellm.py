@@ -257,7 +257,7 @@ def _rate_levels(
     if not same_cap:
         notes.append(
             "max_concurrency differs between levels ("
-            + ", ".join(f"{rate_words(b.level)}: {_cap(b.strategy)}" for b in benches)
+            + ", ".join(f"{rate_words(r)}: {_cap(b.strategy)}" for r, b in sorted(seen.items()))
             + "); kept per level in the tool's summaries"
         )
     requests: list[RequestTrace] = []

@@ -76,6 +76,8 @@ WHAT = "a `vllm bench serve` result JSON (keys duration, completed, mean_ttft_ms
 DETAIL_KEYS = ("ttfts", "itls", "input_lens", "output_lens")
 METRICS = {"ttft_ms": "ttft", "tpot_ms": "tpot", "itl_ms": "itl", "e2el_ms": "e2el"}
 PERCENTILE_STATS = ("p90", "p95", "p99")
+# An inf-rate level releases every request at once: task creation takes milliseconds, not this.
+TRACE_SPREAD_NS = NS_PER_S
 PROMPT_SOURCE = "vllm bench serve dataset"
 SPREAD_NOTE = (
     "vllm bench serve records no token count per chunk: each request's output tokens "
@@ -320,13 +322,18 @@ def _rate_sweep(runs: list[_Run], per_chunk: bool, has_starts: bool) -> tuple[_S
     if not same_burst:
         sweep.warnings.append(
             "burstiness differs between levels ("
-            + ", ".join(f"{rate_words(r.rate)}: {r.burstiness}" for r in random_arrivals)
+            + ", ".join(
+                f"{rate_words(r.rate)}: {r.burstiness}"
+                for r in sorted(random_arrivals, key=lambda r: r.rate)
+            )
             + "); kept per level in the tool's summaries"
         )
     if not same_cap:
         sweep.warnings.append(
             "max_concurrency differs between levels ("
-            + ", ".join(f"{rate_words(r.rate)}: {r.cap}" for r in runs)
+            + ", ".join(
+                f"{rate_words(r.rate)}: {r.cap}" for r in sorted(runs, key=lambda r: r.rate)
+            )
             + "); kept per level in the tool's summaries"
         )
     origin = _origin(runs, with_queue=True) if has_starts else 0.0
@@ -350,6 +357,15 @@ def _rate_sweep(runs: list[_Run], per_chunk: bool, has_starts: bool) -> tuple[_S
             sends, scheduled = _laid_out_schedule(run, parsed, clock_ns)
         if scheduled is None:
             unscheduled.append(rate_words(run.rate))
+        elif (
+            scheduled and math.isinf(run.rate) and max(scheduled) - min(scheduled) > TRACE_SPREAD_NS
+        ):
+            sweep.warnings.append(
+                f"{run.path}: request_rate is inf, yet its requests were released over "
+                f"{(max(scheduled) - min(scheduled)) / NS_PER_S:.1f} s (a timed_trace replay, "
+                "which vLLM does not name in its result?): the level is labelled all at once; "
+                "its scheduled times are vLLM's own."
+            )
         level = _traces(parsed, key, f"r{key}", sends, scheduled)
         sweep.requests.extend(level)
         clock_ns = _after(level, clock_ns)

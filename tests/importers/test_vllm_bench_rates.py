@@ -231,6 +231,16 @@ def test_oldest_vllm_poisson_without_start_times_says_so(tmp_path: Path) -> None
     assert any("laid out evenly at the offered rate" in w for w in ts.manifest.warnings)
 
 
+def test_a_timed_trace_replay_saved_as_inf_is_named(tmp_path: Path) -> None:
+    """vLLM's timed_trace dataset schedules by the trace and saves request_rate "inf": the
+    releases spread over seconds say so."""
+    result = rate_result(INF, queue_times=False)
+    result["start_times"] = [BASE + 0.5 * i for i in range(16)]
+    printed, ts = import_files(tmp_path, write(tmp_path / "trace.json", result))
+    assert "request_rate is inf, yet its requests were released over 7.5 s" in printed
+    assert ts.manifest.workload.request_rates == {"1": INF}
+
+
 def test_summary_only_rate_files(tmp_path: Path) -> None:
     results = [rate_result(r, detailed=False) for r in (1.0, 2.0)]
     files = [write(tmp_path / f"{i}.json", d) for i, d in enumerate(results)]
