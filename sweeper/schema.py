@@ -114,12 +114,14 @@ class Source(_Model):
     send_times: Literal["measured", "reconstructed"] = Field(
         default="measured",
         description="reconstructed: the tool did not record when each request was sent, so the "
-        "importer laid the requests out as a closed loop of C streams; per-level duration and "
-        "throughput then come from the tool's own summary.",
+        "importer laid the requests out as a closed loop of C streams (a rate level: on its "
+        "offered schedule); per-level duration and throughput then come from the tool's own "
+        "summary.",
     )
     summaries: dict[str, dict[str, float | int | str | None]] = Field(
         default_factory=dict,
-        description="Per-level numbers the imported tool computed itself, keyed by str(C), under "
+        description="Per-level numbers the imported tool computed itself, keyed by the level "
+        "(str(C), or a rate level's key), under "
         "the names of sweeper's summary CSV where one exists (duration_s, ttft_ms_mean...).",
     )
 
@@ -226,12 +228,14 @@ class Workload(_Model):
     output_len: int | None = Field(default=None, description="Output tokens asked for.")
     concurrency_levels: list[int] = Field(default_factory=list)
     requests_per_level: dict[str, int] = Field(
-        default_factory=dict, description="Measured requests planned per level, keyed by str(C)."
+        default_factory=dict,
+        description="Measured requests planned per level, keyed by the level (str(C) or the "
+        "rate level's key).",
     )
     warmup_per_level: int = 0
     warmup_requests: dict[str, int] = Field(
         default_factory=dict,
-        description="Warm-up requests planned per level, keyed by str(C); where given, it wins "
+        description="Warm-up requests planned per level, keyed by the level; where given, it wins "
         "over warmup_per_level (sweeper record's default is one per stream: C at level C).",
     )
     unique_prefix: bool | None = Field(
