@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sweeper.findings.levels import level_rates, level_template, level_text
 from sweeper.i18n import N_, fmt_fixed, fmt_number, fmt_percent
 from sweeper.report.markup import num, tr
 from sweeper.report.run_report import RunReport
@@ -49,14 +50,19 @@ def next_steps(run: RunReport, lang: str) -> list[str]:
         and step.get("concurrency") is not None
         and finite(step.get("throughput_gain"))
     ):
-        text = tr(
-            lang,
-            "Going from C={c} to C={n} buys {gain} more throughput; p99 TTFT becomes {ttft} ms.",
+        rates = level_rates(run.ts.manifest)
+        text = level_template(
+            tr(
+                lang,
+                "Going from C={c} to C={n} buys {gain} more throughput; p99 TTFT becomes {ttft} ms.",
+            ),
+            rates,
         )
+        chosen = recommended.numbers.get("concurrency")
         advice.append(
             text.format(
-                c=recommended.numbers.get("concurrency"),
-                n=step["concurrency"],
+                c=level_text(int(chosen), rates, lang) if chosen is not None else "?",
+                n=level_text(int(step["concurrency"]), rates, lang),
                 gain=fmt_percent(step["throughput_gain"], lang, 0),
                 ttft=num(step.get("ttft_p99_ms"), lang, 0),
             )

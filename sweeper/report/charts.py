@@ -11,7 +11,9 @@ English word, so a caller can pass only what it translated.
 
 Charts: :func:`chart_throughput_latency`, :func:`chart_scaling`, :func:`chart_marginal_gain`,
 :func:`chart_itl_split`, :func:`chart_e2el_breakdown`, :func:`chart_kv_occupancy`,
-:func:`chart_request_timeline`; for comparisons of runs :func:`chart_compare_latency` and
+:func:`chart_request_timeline`; for rate sweeps :func:`chart_rate_follow` (and the rate as the x
+axis of the others: the page adds ``level_label`` and ``rate_x``, :func:`is_rate_frame`); for
+multi-turn sessions :func:`chart_ttft_by_turn`; for comparisons of runs :func:`chart_compare_latency` and
 :func:`chart_compare_per_gpu`.
 """
 
@@ -52,6 +54,13 @@ _BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _GREY = (
 )
 
 LABEL_KEYS: dict[str, dict[str, str]] = {
+    "ttft_by_turn": {
+        "x": N_("Turn of the conversation"),
+        "y": N_("p50 TTFT (ms)"),
+        "level": N_("Level"),
+        "p90": N_("p90 TTFT (ms)"),
+        "requests": N_("Requests"),
+    },
     "throughput_latency": {
         "x": N_("Output throughput (tok/s)"),
         "y": N_("TTFT (ms, log scale)"),
@@ -60,6 +69,7 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
         "series": N_("Percentile"),
         "slo": N_("SLO"),
         "concurrency": N_("Concurrency"),
+        "level": N_("Level"),
     },
     "scaling": {
         "x": N_("Concurrency (log scale)"),
@@ -74,8 +84,19 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
         "y": N_("Added tok/s per added slot"),
         "reference": N_("Single stream"),
     },
+    "rate_follow": {
+        "x": N_("Offered rate (req/s, log scale)"),
+        "y": N_("Requests per second (log scale)"),
+        "offered": N_("Offered"),
+        "sent": N_("Sent"),
+        "completed": N_("Completed"),
+        "series": N_("Series"),
+        "level": N_("Level"),
+    },
     "itl_split": {
         "x": N_("Concurrency"),
+        "x_rate": N_("Offered rate (req/s, log scale)"),
+        "level": N_("Level"),
         "y": N_("ITL (ms, log scale)"),
         "series": N_("Statistic"),
         "p50": N_("p50"),
@@ -86,6 +107,7 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
     },
     "e2el_breakdown": {
         "x": N_("Concurrency"),
+        "x_rate": N_("Offered rate"),
         "y": N_("E2EL at p50 (ms)"),
         "ttft": N_("TTFT (first token)"),
         "decode": N_("Decode"),
@@ -93,8 +115,10 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
     },
     "kv_occupancy": {
         "x": N_("Concurrency"),
+        "x_rate": N_("Offered rate"),
         "y": N_("KV pool occupancy"),
         "needed": N_("Needed (C x tokens per request)"),
+        "needed_rate": N_("Needed (requests in flight x tokens per request)"),
         "observed": N_("Observed peak"),
         "ceiling": N_("Pool capacity"),
         "series": N_("Series"),
@@ -157,6 +181,44 @@ def _concurrency_scale() -> alt.Scale:
     return alt.Scale(type="log", base=2, nice=False)
 
 
+# A rate run's levels: the page adds ``level_label`` (``4 req/s``, ``all at once``) and
+# ``rate_x`` (the offered rate; all at once drawn at the right end: twice the highest finite rate).
+RATE_LABEL = "level_label"
+RATE_X = "rate_x"
+
+
+def is_rate_frame(frame: pd.DataFrame) -> bool:
+    """Whether a frame's levels are offered rates (it carries the page's ``level_label``)."""
+    return RATE_LABEL in frame.columns and RATE_X in frame.columns
+
+
+def rate_positions(rates: Sequence[float]) -> list[float]:
+    """Where each offered rate is drawn on a log axis: itself, all at once (inf) at twice the
+    highest finite rate (or 1 when there is none)."""
+    finite_rates = [r for r in rates if np.isfinite(r) and r > 0]
+    right = 2.0 * max(finite_rates) if finite_rates else 1.0
+    return [float(r) if np.isfinite(r) and r > 0 else right for r in rates]
+
+
+def _rate_x(frame: pd.DataFrame, title: str) -> alt.X:
+    """The offered rate on a log axis, each level's tick labelled with its name."""
+    ticks = frame[[RATE_X, RATE_LABEL]].drop_duplicates(subset=[RATE_X])
+    expr = " : ".join(
+        f"datum.value == {float(x)!r} ? {_js_string(str(label))}"
+        for x, label in zip(ticks[RATE_X], ticks[RATE_LABEL], strict=True)
+    )
+    return alt.X(
+        f"{RATE_X}:Q",
+        title=title,
+        scale=alt.Scale(type="log", nice=False),
+        axis=alt.Axis(values=ticks[RATE_X].tolist(), labelExpr=f"{expr} : datum.label"),
+    )
+
+
+def _js_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def chart_throughput_latency(
     levels: pd.DataFrame,
     labels: Mapping[str, str] | None = None,
@@ -171,15 +233,19 @@ def chart_throughput_latency(
         ["concurrency", "output_throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms"],
         "throughput_latency",
     )
+    rate = is_rate_frame(levels)
     long = levels.melt(
-        id_vars=["concurrency", "output_throughput_tok_s"],
+        id_vars=["concurrency", "output_throughput_tok_s", *([RATE_LABEL] if rate else [])],
         value_vars=["ttft_p50_ms", "ttft_p99_ms"],
         var_name="stat",
         value_name="ttft_ms",
     )
     long["series"] = long["stat"].map({"ttft_p50_ms": lab["p50"], "ttft_p99_ms": lab["p99"]})
     long["ttft_ms"] = _positive(long["ttft_ms"])
-    long["point_label"] = "C=" + long["concurrency"].astype(str)
+    if rate:
+        long["point_label"] = long[RATE_LABEL]
+    else:
+        long["point_label"] = "C=" + long["concurrency"].astype(str)
     long = long.dropna(subset=["ttft_ms", "output_throughput_tok_s"])
     colour = alt.Color(
         "series:N",
@@ -189,8 +255,13 @@ def chart_throughput_latency(
     x = alt.X("output_throughput_tok_s:Q", title=lab["x"], scale=alt.Scale(zero=True))
     y = alt.Y("ttft_ms:Q", title=lab["y"], scale=alt.Scale(type="log"))
     base = _base(long)
+    level_tip = (
+        alt.Tooltip("point_label:N", title=lab["level"])
+        if rate
+        else alt.Tooltip("concurrency:Q", title=lab["concurrency"])
+    )
     tooltip = [
-        alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+        level_tip,
         alt.Tooltip("series:N", title=lab["series"]),
         alt.Tooltip("output_throughput_tok_s:Q", title=lab["x"], format=",.1f"),
         alt.Tooltip("ttft_ms:Q", title=lab["y"], format=",.1f"),
@@ -346,7 +417,9 @@ def chart_itl_split(
     lab = _labels("itl_split", labels)
     stats = ["itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "itl_mean_ms"]
     _need(levels, ["concurrency", *stats], "itl_split")
-    frame = levels[["concurrency", *stats]].sort_values("concurrency").copy()
+    rate = is_rate_frame(levels)
+    keep = ["concurrency", *([RATE_LABEL, RATE_X] if rate else []), *stats]
+    frame = levels[keep].sort_values("concurrency").copy()
     for column in stats:
         frame[column] = _positive(frame[column])
     frame = frame.dropna(subset=["itl_p50_ms"])
@@ -356,16 +429,22 @@ def chart_itl_split(
         "itl_p99_ms": lab["p99"],
         "itl_mean_ms": lab["mean"],
     }
-    long = frame.melt(
-        id_vars=["concurrency"], value_vars=stats, var_name="stat", value_name="itl_ms"
-    ).dropna()
+    ids = ["concurrency", *([RATE_LABEL, RATE_X] if rate else [])]
+    long = frame.melt(id_vars=ids, value_vars=stats, var_name="stat", value_name="itl_ms").dropna()
     long["series"] = long["stat"].map(names)
     domain = [names[s] for s in stats]
-    x = alt.X(
-        "concurrency:Q",
-        title=lab["x"],
-        scale=_concurrency_scale(),
-        axis=alt.Axis(values=frame["concurrency"].tolist()),
+    level_tip = (
+        alt.Tooltip(f"{RATE_LABEL}:N", title=lab["level"]) if rate else alt.Tooltip("concurrency:Q")
+    )
+    x = (
+        _rate_x(frame, lab["x_rate"])
+        if rate
+        else alt.X(
+            "concurrency:Q",
+            title=lab["x"],
+            scale=_concurrency_scale(),
+            axis=alt.Axis(values=frame["concurrency"].tolist()),
+        )
     )
     band = (
         _base(frame)
@@ -375,7 +454,7 @@ def chart_itl_split(
             y=alt.Y("itl_p50_ms:Q", title=lab["y"], scale=alt.Scale(type="log")),
             y2="itl_p99_ms:Q",
             tooltip=[
-                alt.Tooltip("concurrency:Q"),
+                level_tip,
                 alt.Tooltip("itl_p50_ms:Q", format=",.1f"),
                 alt.Tooltip("itl_p99_ms:Q", format=",.1f"),
             ],
@@ -398,7 +477,7 @@ def chart_itl_split(
                 scale=alt.Scale(domain=domain, range=[[1, 0], [1, 0], [1, 0], [4, 3]]),
             ),
             tooltip=[
-                alt.Tooltip("concurrency:Q"),
+                level_tip,
                 alt.Tooltip("series:N", title=lab["series"]),
                 alt.Tooltip("itl_ms:Q", format=",.2f"),
             ],
@@ -413,23 +492,37 @@ def chart_e2el_breakdown(
     """p50 end-to-end latency per level, stacked as TTFT (waiting for the first token) + decode."""
     lab = _labels("e2el_breakdown", labels)
     _need(levels, ["concurrency", "ttft_p50_ms", "e2el_p50_ms"], "e2el_breakdown")
+    rate = is_rate_frame(levels)
+    extra = [RATE_LABEL] if rate else []
     frame = (
-        levels[["concurrency", "ttft_p50_ms", "e2el_p50_ms"]].dropna().sort_values("concurrency")
+        levels[["concurrency", *extra, "ttft_p50_ms", "e2el_p50_ms"]]
+        .dropna()
+        .sort_values("concurrency")
     )
     frame = frame.assign(decode_ms=(frame["e2el_p50_ms"] - frame["ttft_p50_ms"]).clip(lower=0))
     long = frame.melt(
-        id_vars=["concurrency"],
+        id_vars=["concurrency", *extra],
         value_vars=["ttft_p50_ms", "decode_ms"],
         var_name="kind",
         value_name="ms",
     )
     long["part"] = long["kind"].map({"ttft_p50_ms": lab["ttft"], "decode_ms": lab["decode"]})
     long["stack_order"] = long["kind"].map({"ttft_p50_ms": 0, "decode_ms": 1})
+    x = (
+        alt.X(
+            f"{RATE_LABEL}:O",
+            title=lab["x_rate"],
+            sort=frame[RATE_LABEL].tolist(),
+            axis=alt.Axis(labelAngle=0),
+        )
+        if rate
+        else alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0))
+    )
     chart = (
         _base(long)
         .mark_bar()
         .encode(
-            x=alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0)),
+            x=x,
             y=alt.Y("ms:Q", title=lab["y"], stack="zero"),
             color=alt.Color(
                 "part:N",
@@ -438,7 +531,7 @@ def chart_e2el_breakdown(
             ),
             order=alt.Order("stack_order:Q"),
             tooltip=[
-                alt.Tooltip("concurrency:O"),
+                alt.Tooltip(f"{RATE_LABEL}:O") if rate else alt.Tooltip("concurrency:O"),
                 alt.Tooltip("part:N", title=lab["part"]),
                 alt.Tooltip("ms:Q", format=",.1f"),
             ],
@@ -463,11 +556,28 @@ def chart_kv_occupancy(
     if not capacity_tokens or capacity_tokens <= 0:
         raise ValueError(f"kv_occupancy: capacity_tokens must be positive, got {capacity_tokens!r}")
     _need(levels, ["concurrency"], "kv_occupancy")
-    frame = levels[["concurrency"]].sort_values("concurrency").copy()
-    frame["needed_tokens"] = frame["concurrency"] * tokens_per_request
+    rate = is_rate_frame(levels)
+    if rate:
+        # A rate level's requests in flight are measured (the time-weighted mean), not its key.
+        _need(levels, ["inflight_mean"], "kv_occupancy")
+        frame = levels[["concurrency", RATE_LABEL, "inflight_mean"]].sort_values("concurrency")
+        frame = frame.dropna(subset=["inflight_mean"]).copy()
+        frame["needed_tokens"] = frame["inflight_mean"] * tokens_per_request
+        x = alt.X(
+            f"{RATE_LABEL}:O",
+            title=lab["x_rate"],
+            sort=frame[RATE_LABEL].tolist(),
+            axis=alt.Axis(labelAngle=0),
+        )
+        level_tip = alt.Tooltip(f"{RATE_LABEL}:O")
+    else:
+        frame = levels[["concurrency"]].sort_values("concurrency").copy()
+        frame["needed_tokens"] = frame["concurrency"] * tokens_per_request
+        x = alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0))
+        level_tip = alt.Tooltip("concurrency:O")
     frame["occupancy"] = frame["needed_tokens"] / capacity_tokens
-    x = alt.X("concurrency:O", title=lab["x"], axis=alt.Axis(labelAngle=0))
     y = alt.Y("occupancy:Q", title=lab["y"], axis=alt.Axis(format="%"))
+    needed = lab["needed_rate"] if rate else lab["needed"]
     bars = (
         _base(frame)
         .mark_bar(color=_BLUE, opacity=0.8)
@@ -475,8 +585,8 @@ def chart_kv_occupancy(
             x=x,
             y=y,
             tooltip=[
-                alt.Tooltip("concurrency:O"),
-                alt.Tooltip("needed_tokens:Q", title=lab["needed"], format=",.0f"),
+                level_tip,
+                alt.Tooltip("needed_tokens:Q", title=needed, format=",.0f"),
                 alt.Tooltip("occupancy:Q", title=lab["y"], format=".1%"),
             ],
         )
@@ -502,6 +612,9 @@ def chart_kv_occupancy(
             .rename(columns={"kv_usage_max": "occupancy"})
         )
         obs = obs[obs["concurrency"].isin(frame["concurrency"])]
+        if rate:
+            names = dict(zip(frame["concurrency"], frame[RATE_LABEL], strict=True))
+            obs = obs.assign(**{RATE_LABEL: obs["concurrency"].map(names)})
         if not obs.empty:
             obs = obs.assign(series=lab["observed"])
             layers.append(
@@ -511,12 +624,112 @@ def chart_kv_occupancy(
                     x=x,
                     y=y,
                     tooltip=[
-                        alt.Tooltip("concurrency:O"),
+                        level_tip,
                         alt.Tooltip("occupancy:Q", title=lab["observed"], format=".1%"),
                     ],
                 )
             )
     return _finish(alt.layer(*layers))
+
+
+def chart_rate_follow(
+    rates: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> alt.LayerChart:
+    """A rate sweep: the requests per second the client sent and the server completed against
+    the offered rate (log-log), the offered rate itself as the dashed diagonal; where the
+    completed line leaves the diagonal, the server has saturated. ``rates``: columns
+    concurrency, level_label, rate_x, offered_rps, sent_rps, completed_rps (NaN: unknown)."""
+    lab = _labels("rate_follow", labels)
+    _need(
+        rates,
+        ["concurrency", RATE_LABEL, RATE_X, "offered_rps", "sent_rps", "completed_rps"],
+        "rate_follow",
+    )
+    frame = rates.sort_values("concurrency")
+    names = {
+        "offered_rps": lab["offered"],
+        "sent_rps": lab["sent"],
+        "completed_rps": lab["completed"],
+    }
+    long = frame.melt(
+        id_vars=["concurrency", RATE_LABEL, RATE_X],
+        value_vars=list(names),
+        var_name="kind",
+        value_name="rps",
+    )
+    long["rps"] = _positive(pd.to_numeric(long["rps"], errors="coerce"))
+    long = long.dropna(subset=["rps"])
+    if long.empty:
+        raise ValueError("rate_follow: no level has a rate to draw")
+    long["series"] = long["kind"].map(names)
+    domain = list(names.values())
+    # The offered diagonal is drawn last, over the lines that follow it.
+    long["draw_order"] = long["kind"].map({"sent_rps": 0, "completed_rps": 1, "offered_rps": 2})
+    long = long.sort_values(["draw_order", "concurrency"])
+    chart = (
+        _base(long)
+        .mark_line(point=True)
+        .encode(
+            x=_rate_x(frame, lab["x"]),
+            y=alt.Y("rps:Q", title=lab["y"], scale=alt.Scale(type="log")),
+            detail="draw_order:O",
+            color=alt.Color(
+                "series:N",
+                title=lab["series"],
+                scale=alt.Scale(domain=domain, range=[_GREY, _ORANGE, _BLUE]),
+            ),
+            strokeDash=alt.StrokeDash(
+                "series:N",
+                title=lab["series"],
+                scale=alt.Scale(domain=domain, range=[[5, 4], [1, 0], [1, 0]]),
+            ),
+            order="concurrency:Q",
+            tooltip=[
+                alt.Tooltip(f"{RATE_LABEL}:N", title=lab["level"]),
+                alt.Tooltip("series:N", title=lab["series"]),
+                alt.Tooltip("rps:Q", format=",.2f"),
+            ],
+        )
+    )
+    return _finish(chart)
+
+
+def chart_ttft_by_turn(turns: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+    """Multi-turn sessions: p50 TTFT of each turn of a conversation, one line per level
+    (:func:`sweeper.analysis.frames.turn_frame` plus a ``level_label`` column): later turns
+    resend the history, so a prefix cache that keeps it shows as a later turn's lower TTFT."""
+    lab = _labels("ttft_by_turn", labels)
+    _need(turns, ["concurrency", "turn", "ttft_p50_ms", RATE_LABEL], "ttft_by_turn")
+    frame = turns.dropna(subset=["ttft_p50_ms"]).sort_values(["concurrency", "turn"])
+    if frame.empty:
+        raise ValueError("ttft_by_turn: no turn has a TTFT to draw")
+    order = list(dict.fromkeys(frame[RATE_LABEL]))
+    palette = [_BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _GREY]
+    tooltip = [
+        alt.Tooltip(f"{RATE_LABEL}:N", title=lab["level"]),
+        alt.Tooltip("turn:O", title=lab["x"]),
+        alt.Tooltip("ttft_p50_ms:Q", title=lab["y"], format=",.1f"),
+    ]
+    if "ttft_p90_ms" in frame.columns:
+        tooltip.append(alt.Tooltip("ttft_p90_ms:Q", title=lab["p90"], format=",.1f"))
+    if "requests" in frame.columns:
+        tooltip.append(alt.Tooltip("requests:Q", title=lab["requests"]))
+    chart = (
+        _base(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("turn:O", title=lab["x"], axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("ttft_p50_ms:Q", title=lab["y"], scale=alt.Scale(zero=True)),
+            color=alt.Color(
+                f"{RATE_LABEL}:N",
+                title=lab["level"],
+                sort=order,
+                scale=alt.Scale(domain=order, range=palette[: len(order)] or [_BLUE]),
+            ),
+            tooltip=tooltip,
+        )
+    )
+    return _finish(chart)
 
 
 def chart_request_timeline(
@@ -666,10 +879,12 @@ def chart_compare_per_gpu(
 RUN_CHARTS = (
     "throughput_latency",
     "scaling",
+    "rate_follow",
     "marginal_gain",
     "itl_split",
     "e2el_breakdown",
     "kv_occupancy",
     "request_timeline",
+    "ttft_by_turn",
 )
 COMPARE_CHARTS = ("compare_latency", "compare_per_gpu")

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from sweeper.analysis.frames import gpus_of
+from sweeper.findings.levels import level_name, level_rates, level_template, level_text
 from sweeper.i18n import fmt_date, fmt_fixed, fmt_number, fmt_percent, join_list
 from sweeper.report import charts
 from sweeper.report.advice import next_steps
@@ -36,6 +37,12 @@ from sweeper.report.markup import (
     trn,
 )
 from sweeper.report.provenance import recorded_section
+from sweeper.report.rate_pages import (
+    chart_levels,
+    rate_data_table,
+    rate_follow_section,
+    turns_section,
+)
 from sweeper.report.run_report import (
     RunReport,
     engine_title,
@@ -67,6 +74,21 @@ class _Page:
         self.lang = lang
         self.parts: list[str] = []
         self.figures = 0
+        # Offered rate by level key in a rate run (levels named by their rate); empty otherwise.
+        self.rates = level_rates(run.ts.manifest)
+
+    def name(self, level: int) -> str:
+        """A level's name: ``C=16``, or ``4 req/s`` in a rate run."""
+        return level_name(int(level), self.rates, self.lang)
+
+    def tl(self, message: str) -> str:
+        """A translated message whose ``C={x}`` placeholders take :meth:`lv` (a rate run's
+        level is named by its rate; a closed loop's message is unchanged)."""
+        return level_template(tr(self.lang, message), self.rates)
+
+    def lv(self, level: int) -> str:
+        """What a ``C={x}`` placeholder of :meth:`tl` takes: ``16`` or ``4 req/s``."""
+        return level_text(int(level), self.rates, self.lang)
 
     def add(self, *blocks: str) -> None:
         self.parts.extend(b for b in blocks if b)
@@ -144,7 +166,7 @@ def _status_boxes(page: _Page) -> None:
         first = tr(lang, "The trace set does not hold everything its sweep planned.")
     lines = [esc(first)]
     if done.missing_levels:
-        never = join_list(lang, [f"C={c}" for c in done.missing_levels])
+        never = join_list(lang, [page.name(c) for c in done.missing_levels])
         lines.append(esc(tr(lang, "Levels never measured: {levels}.").format(levels=never)))
     if done.cut_short:
         items = []
@@ -164,8 +186,8 @@ def _status_boxes(page: _Page) -> None:
                     short.measured,
                 )
             items.append(
-                item.format(
-                    c=short.concurrency,
+                level_template(item, page.rates).format(
+                    c=page.lv(short.concurrency),
                     measured=fmt_number(short.measured, lang, 0),
                     planned=fmt_number(short.planned or 0, lang, 0),
                 )
@@ -204,7 +226,7 @@ def _what_failed(page: _Page) -> None:
                 esc(what),
                 str(group.http_status) if group.http_status is not None else "–",
                 fmt_number(group.count, lang, 0),
-                esc(join_list(lang, [f"C={c}" for c in group.levels])),
+                esc(join_list(lang, [page.name(c) for c in group.levels])),
                 messages,
             ]
         )
@@ -232,7 +254,23 @@ def _lede(page: _Page) -> None:
                 output_len=fmt_number(wl.output_len, lang, 0),
             )
         )
-    if not levels.empty:
+    if not levels.empty and page.rates:
+        parts.append(
+            trn(
+                lang,
+                "Offered rates swept from {low} to {high}: {total} measured request, {failed} "
+                "failed.",
+                "Offered rates swept from {low} to {high}: {total} measured requests, {failed} "
+                "failed.",
+                total,
+            ).format(
+                low=page.name(int(levels["concurrency"].min())),
+                high=page.name(int(levels["concurrency"].max())),
+                total=fmt_number(total, lang, 0),
+                failed=fmt_number(failed, lang, 0),
+            )
+        )
+    elif not levels.empty:
         parts.append(
             trn(
                 lang,
@@ -314,7 +352,7 @@ def _headline(page: _Page) -> None:
     recommended = run.known("recommended")
     items: list[tuple[str, str, str | None]] = []
     if recommended is not None:
-        items.append(_recommended_card(recommended.numbers, lang))
+        items.append(_recommended_card(recommended.numbers, page))
     peak = peak_level(run.levels)
     if peak is not None:
         items.append(
@@ -322,7 +360,9 @@ def _headline(page: _Page) -> None:
                 tr(lang, "Peak output throughput"),
                 f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} tok/s",
                 html.escape(
-                    tr(lang, "at C={concurrency}").format(concurrency=int(peak["concurrency"]))
+                    page.tl("at C={concurrency}").format(
+                        concurrency=page.lv(int(peak["concurrency"]))
+                    )
                 ),
             )
         )
@@ -359,7 +399,7 @@ def _headline(page: _Page) -> None:
                 (
                     tr(lang, "Largest ITL p99 / p50"),
                     f"{fmt_fixed(worst, lang, 1)} ×",
-                    html.escape(tr(lang, "at C={concurrency}").format(concurrency=worst_c)),
+                    html.escape(page.tl("at C={concurrency}").format(concurrency=page.lv(worst_c))),
                 )
             )
     ceiling = run.known("kv_ceiling")
@@ -376,7 +416,7 @@ def _headline(page: _Page) -> None:
                 )
             items.append(
                 (
-                    tr(lang, "KV pool needed at C={concurrency}").format(concurrency=top_c),
+                    page.tl("KV pool needed at C={concurrency}").format(concurrency=page.lv(top_c)),
                     fmt_percent(occupancy[top_c], lang),
                     note,
                 )
@@ -385,8 +425,9 @@ def _headline(page: _Page) -> None:
     page.finding("recommended")
 
 
-def _recommended_card(numbers: Mapping[str, Any], lang: str) -> tuple[str, str, str | None]:
+def _recommended_card(numbers: Mapping[str, Any], page: _Page) -> tuple[str, str, str | None]:
     """The recommended operating point, or why there is none (no level meets the SLO)."""
+    lang = page.lang
     label = tr(lang, "Recommended operating point")
     chosen = numbers.get("concurrency")
     if chosen is None:
@@ -398,7 +439,7 @@ def _recommended_card(numbers: Mapping[str, Any], lang: str) -> tuple[str, str, 
             else None
         )
         return label, html.escape(tr(lang, "no level meets the SLO")), note
-    value = f"C = {chosen}"
+    value = page.name(chosen) if page.rates else f"C = {chosen}"
     if finite(numbers.get("throughput_tok_s")):
         value += f" · {fmt_number(numbers['throughput_tok_s'], lang, 0)} tok/s"
     return label, esc(value), None
@@ -406,19 +447,33 @@ def _recommended_card(numbers: Mapping[str, Any], lang: str) -> tuple[str, str, 
 
 def _curve_sections(page: _Page) -> None:
     run, lang = page.run, page.lang
-    levels = measured_levels(run.levels)
+    levels = measured_levels(chart_levels(run.levels, page.rates, lang))
     if levels.empty:
         return
     page.heading(tr(lang, "Throughput against latency"))
-    page.figure(
-        tr(lang, "Throughput-latency trade-off"),
-        charts.chart_throughput_latency(levels, chart_labels(lang, "throughput_latency")),
+    caption = (
         tr(
+            lang,
+            "Each point is one offered rate: output tokens per second against the p50 and p99 "
+            "time to first token (log scale, from the send). The grey bands are common service "
+            "levels for p99 TTFT.",
+        )
+        if page.rates
+        else tr(
             lang,
             "Each point is one concurrency level: output tokens per second against the p50 and p99 "
             "time to first token (log scale). The grey bands are common service levels for p99 TTFT.",
-        ),
+        )
     )
+    page.figure(
+        tr(lang, "Throughput-latency trade-off"),
+        charts.chart_throughput_latency(levels, chart_labels(lang, "throughput_latency")),
+        caption,
+    )
+    if page.rates:
+        rate_follow_section(page, levels)
+        page.finding("roofline")
+        return
     page.heading(tr(lang, "Scaling: measured against ideal"))
     page.figure(
         tr(lang, "Scaling efficiency"),
@@ -445,7 +500,8 @@ def _curve_sections(page: _Page) -> None:
 
 def _tail_sections(page: _Page) -> None:
     run, lang = page.run, page.lang
-    levels = run.levels.dropna(subset=["itl_p50_ms"])
+    with_names = chart_levels(run.levels, page.rates, lang)
+    levels = with_names.dropna(subset=["itl_p50_ms"])
     if not levels.empty:
         page.heading(tr(lang, "The ITL tail"))
         page.figure(
@@ -459,7 +515,7 @@ def _tail_sections(page: _Page) -> None:
         )
         page.finding("itl_tail")
     has_cause = run.finding("tail_cause") is not None
-    e2el = run.levels.dropna(subset=["e2el_p50_ms", "ttft_p50_ms"])
+    e2el = with_names.dropna(subset=["e2el_p50_ms", "ttft_p50_ms"])
     if has_cause or not e2el.empty:
         page.heading(tr(lang, "Diagnosis"))
     if has_cause:
@@ -495,11 +551,17 @@ def _kv_section(page: _Page) -> None:
     server = run.server_levels
     if server is not None and "kv_usage_max" in server and server["kv_usage_max"].notna().any():
         observed = server
-    caption = tr(
-        lang,
-        "Bars: the KV cache each level needs, C × {tokens} tokens per request, as a share of the pool "
-        "({capacity} tokens). The dashed line is the pool's capacity.",
-    ).format(tokens=fmt_number(per_request, lang, 0), capacity=fmt_number(capacity, lang, 0))
+    message = (
+        "Bars: the KV cache each level needs, the requests in flight (the mean measured from the "
+        "trace) × {tokens} tokens per request, as a share of the pool ({capacity} tokens). The "
+        "dashed line is the pool's capacity."
+        if page.rates
+        else "Bars: the KV cache each level needs, C × {tokens} tokens per request, as a share of "
+        "the pool ({capacity} tokens). The dashed line is the pool's capacity."
+    )
+    caption = tr(lang, message).format(
+        tokens=fmt_number(per_request, lang, 0), capacity=fmt_number(capacity, lang, 0)
+    )
     if observed is not None:
         caption += " " + tr(
             lang, "Diamonds: the highest KV usage the server reported during the level."
@@ -507,7 +569,7 @@ def _kv_section(page: _Page) -> None:
     page.figure(
         tr(lang, "KV cache pool occupancy per level"),
         charts.chart_kv_occupancy(
-            run.levels,
+            chart_levels(run.levels, page.rates, lang),
             chart_labels(lang, "kv_occupancy"),
             capacity_tokens=capacity,
             tokens_per_request=per_request,
@@ -532,13 +594,15 @@ def _timeline_section(page: _Page) -> None:
     level = timeline_level(run)
     if level is None:
         return
-    page.heading(tr(lang, "Requests at C={concurrency}, one bar each").format(concurrency=level))
+    page.heading(
+        page.tl("Requests at C={concurrency}, one bar each").format(concurrency=page.lv(level))
+    )
     shown = min(
         charts.TIMELINE_MAX_REQUESTS,
         int(((run.requests["concurrency"] == level) & (run.requests["status"] == "ok")).sum()),
     )
     page.figure(
-        tr(lang, "Request timeline at C={concurrency}").format(concurrency=level),
+        page.tl("Request timeline at C={concurrency}").format(concurrency=page.lv(level)),
         charts.chart_request_timeline(run.requests, level, chart_labels(lang, "request_timeline")),
         trn(
             lang,
@@ -559,6 +623,10 @@ def _data_table(page: _Page) -> None:
     page.heading(tr(lang, "Measured results"))
     capacity = kv_capacity_tokens(run)
     per_request = tokens_per_request(run)
+    if page.rates:
+        pool = (capacity, per_request) if capacity is not None and per_request is not None else None
+        rate_data_table(page, pool)
+        return
     per_stream = per_stream_rate(levels)
     header = [
         tr(lang, "Concurrency"),
@@ -657,23 +725,36 @@ def _slo_section(page: _Page) -> None:
         "p99 TTFT (ms)",
         "p50 ITL (ms)",
     ]
+    if page.rates:
+        header += [tr(lang, "Goodput (req/s)"), tr(lang, "Met")]
     body = []
     for row in rows:
         if not isinstance(row, Mapping):
             continue
         chosen = row.get("concurrency")
         mark = "**" if row.get("recommended") else ""
-        body.append(
-            [
-                f"{mark}{esc(row.get('slo', ''))}{mark}",
-                f"C={chosen}" if chosen is not None else tr(lang, "none meets it"),
-                num(row.get("throughput_tok_s"), lang),
-                num(row.get("ttft_p99_ms"), lang),
-                num(row.get("itl_p50_ms"), lang, 2),
+        cells = [
+            f"{mark}{esc(row.get('slo', ''))}{mark}",
+            page.name(chosen) if chosen is not None else tr(lang, "none meets it"),
+            num(row.get("throughput_tok_s"), lang),
+            num(row.get("ttft_p99_ms"), lang),
+            num(row.get("itl_p50_ms"), lang, 2),
+        ]
+        if page.rates:
+            share = row.get("slo_met_share")
+            cells += [
+                num(row.get("goodput_rps"), lang, 2),
+                fmt_percent(share, lang, 0) if finite(share) else "–",
             ]
-        )
+        body.append(cells)
     page.add(table(header, body))
     note = tr(lang, "Bold: the service levels the recommended operating point meets.")
+    if page.rates:
+        note += " " + tr(
+            lang,
+            "Each rate is chosen by goodput: the completed requests per second that met the service "
+            "level, TTFT and E2EL counted from the schedule; Met: the share of its requests that did.",
+        )
     page.add(f'<p class="sweeper-note">{html.escape(note)}</p>')
 
 
@@ -696,7 +777,7 @@ def render_run_page(run: RunReport, lang: str) -> str:
     page = _Page(run, lang)
     title = run_title(run.ts, lang)
     page.add(front_matter(run.run_id))
-    kicker = tr(lang, "Concurrency sweep")
+    kicker = tr(lang, "Request-rate sweep") if page.rates else tr(lang, "Concurrency sweep")
     page.add(f'<p class="sweeper-kicker">{html.escape(kicker)} · {esc(run.run_id)}</p>')
     page.heading(esc(title), 1)
     _findings_failed(page)
@@ -710,6 +791,7 @@ def render_run_page(run: RunReport, lang: str) -> str:
     _curve_sections(page)
     _tail_sections(page)
     _timeline_section(page)
+    turns_section(page)
     _more_findings(page)
     _data_table(page)
     if succeeded:

@@ -25,6 +25,7 @@ from sweeper.schema import (
     MetricSample,
     RequestTrace,
     RunManifest,
+    Series,
     Server,
     ServerConfig,
     Source,
@@ -201,9 +202,10 @@ def write_session_run(
     sessions: int = 4,
     turns: int = 3,
     server: ToyServer | None = None,
-    metrics: list[MetricSample] | None = None,
+    hit_rate: float | None = None,
 ) -> Path:
-    """A multi-turn sweep: each level ``sessions`` conversations of ``turns`` turns."""
+    """A multi-turn sweep: each level ``sessions`` conversations of ``turns`` turns;
+    ``hit_rate``: scrapes of vLLM's prefix-cache counters serving that share of prompt tokens."""
     server = server or ToyServer(later_turn_ttft_ms=15.0)
     traces: list[RequestTrace] = []
     t = 0.0
@@ -214,4 +216,25 @@ def write_session_run(
     manifest = rate_manifest(
         run_id, list(rates), server, sessions * turns, turns=turns, sessions=sessions
     )
-    return write_trace_set(root / run_id, manifest, traces, metrics=metrics or [])
+    metrics = prefix_cache_scrapes(t + 1.0, hit_rate) if hit_rate is not None else []
+    return write_trace_set(root / run_id, manifest, traces, metrics=metrics)
+
+
+def prefix_cache_scrapes(until_s: float, hit_rate: float) -> list[MetricSample]:
+    """Scrapes every 0.1 s of vLLM's prefix-cache counters (1,000 prompt tokens a second queried,
+    ``hit_rate`` of them served from the cache)."""
+    out = []
+    for i in range(int(until_s / 0.1) + 1):
+        t = i * 0.1
+        out.append(
+            MetricSample(
+                t_ns=round(t * NS),
+                url="http://127.0.0.1:8000/metrics",
+                series=[
+                    Series(name="vllm:prefix_cache_queries_total", value=1000.0 * t),
+                    Series(name="vllm:prefix_cache_hits_total", value=1000.0 * t * hit_rate),
+                    Series(name="vllm:num_requests_waiting", value=0.0),
+                ],
+            )
+        )
+    return out

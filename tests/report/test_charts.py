@@ -41,9 +41,78 @@ def _build(name: str, frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -
         )
     if name == "request_timeline":
         return charts.chart_request_timeline(requests, 4)
+    if name == "rate_follow":
+        return charts.chart_rate_follow(RATE_FRAME)
+    if name == "ttft_by_turn":
+        return charts.chart_ttft_by_turn(TURN_FRAME)
     if name in charts.COMPARE_CHARTS:
         return getattr(charts, f"chart_{name}")(both)
     return getattr(charts, f"chart_{name}")(levels)
+
+
+# A rate sweep's levels as the page passes them (offered rates 1, 4, 16 req/s and all at once).
+RATE_FRAME = pd.DataFrame(
+    {
+        "concurrency": [1, 2, 3, 4],
+        "level_label": ["1 req/s", "4 req/s", "16 req/s", "all at once"],
+        "rate_x": charts.rate_positions([1.0, 4.0, 16.0, float("inf")]),
+        "offered_rps": [1.0, 4.0, 16.0, float("nan")],
+        "sent_rps": [1.0, 4.0, 15.8, float("nan")],
+        "completed_rps": [1.0, 3.9, 9.5, 9.8],
+    }
+)
+TURN_FRAME = pd.DataFrame(
+    {
+        "concurrency": [1, 1, 1, 2, 2, 2],
+        "turn": [1, 2, 3, 1, 2, 3],
+        "requests": [4] * 6,
+        "ttft_p50_ms": [50.0, 15.0, 16.0, 60.0, 20.0, 22.0],
+        "ttft_p90_ms": [55.0, 18.0, 19.0, 70.0, 25.0, 26.0],
+        "level_label": ["1 req/s"] * 3 + ["2 req/s"] * 3,
+    }
+)
+
+
+def test_rate_follow_draws_all_at_once_at_the_right_end_labelled() -> None:
+    spec = charts.chart_rate_follow(RATE_FRAME).to_dict()
+    x = spec["encoding"]["x"]
+    assert x["scale"]["type"] == "log" and x["field"] == "rate_x"
+    assert x["axis"]["values"] == [1.0, 4.0, 16.0, 32.0]  # inf at twice the highest rate
+    assert "'all at once'" in x["axis"]["labelExpr"] and "'16 req/s'" in x["axis"]["labelExpr"]
+    rows = _data_rows(spec)
+    assert {r["series"] for r in rows} == {"Offered", "Sent", "Completed"}
+    # the offered diagonal has no point for all at once (it has no rate), completed has
+    assert not [r for r in rows if r["series"] == "Offered" and r["rate_x"] == 32.0]
+    assert [r for r in rows if r["series"] == "Completed" and r["rate_x"] == 32.0]
+
+
+def test_ttft_by_turn_is_a_line_per_level() -> None:
+    spec = charts.chart_ttft_by_turn(TURN_FRAME, {"level": "档位"}).to_dict()
+    assert spec["encoding"]["x"]["field"] == "turn"
+    assert spec["encoding"]["color"]["field"] == "level_label"
+    assert spec["encoding"]["color"]["title"] == "档位"
+    assert spec["encoding"]["color"]["scale"]["domain"] == ["1 req/s", "2 req/s"]
+
+
+def test_rate_levels_name_the_x_axis_of_the_level_charts() -> None:
+    levels = RATE_FRAME.assign(
+        itl_p50_ms=[10.0, 10.5, 12.0, 13.0],
+        itl_p90_ms=[11.0, 12.0, 20.0, 25.0],
+        itl_p99_ms=[12.0, 14.0, 40.0, 60.0],
+        itl_mean_ms=[10.2, 10.8, 14.0, 16.0],
+        ttft_p50_ms=[50.0, 55.0, 400.0, 900.0],
+        e2el_p50_ms=[400.0, 420.0, 900.0, 1500.0],
+        inflight_mean=[0.4, 1.6, 9.0, 20.0],
+    )
+    itl = charts.chart_itl_split(levels).to_dict()
+    assert "'all at once'" in _layers(itl)[0]["encoding"]["x"]["axis"]["labelExpr"]
+    e2el = charts.chart_e2el_breakdown(levels).to_dict()
+    assert e2el["encoding"]["x"]["field"] == "level_label"
+    kv = charts.chart_kv_occupancy(levels, capacity_tokens=1000, tokens_per_request=100)
+    needed = [r["needed_tokens"] for r in _data_rows(kv.to_dict()) if "needed_tokens" in r]
+    assert needed == pytest.approx([40.0, 160.0, 900.0, 2000.0])  # in flight, not the key
+    for spec in (itl, e2el):
+        jsonschema.validate(spec, SCHEMA)
 
 
 def _layers(spec: dict) -> list[dict]:

@@ -1,0 +1,94 @@
+"""The page of a rate sweep (open loop) and of multi-turn sessions, in both languages: levels named
+by their offered rate (never ``C=``), the saturation rate in the conclusion, offered against
+achieved rate, goodput in the SLO table, TTFT by turn with the prefix-cache hit rate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sweeper.report.pagecheck import page_defects
+from sweeper.report.pages import render_run_page
+from sweeper.report.run_report import collect_run
+from sweeper.store import load_trace_set
+from tests.findings.openloop import write_rate_run, write_session_run
+
+RATES = [2.0, 4.0, 8.0, 16.0, 32.0, float("inf")]
+
+
+def _specs(page: str) -> list[dict]:
+    import html
+
+    return [json.loads(html.unescape(m)) for m in re.findall(r'data-spec="([^"]*)"', page)]
+
+
+@pytest.fixture(scope="module")
+def rate_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("rate-pages")
+    run = collect_run(load_trace_set(write_rate_run(root, "rate-sat", RATES, kv_cache_tokens=2000)))
+    assert run.findings_errors == []
+    return {lang: render_run_page(run, lang) for lang in ("en", "zh")}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_rate_page_names_levels_by_rate_and_has_no_defect(rate_pages, lang: str) -> None:
+    page = rate_pages[lang]
+    assert page_defects(page) == []
+    assert "C=" not in page and "C = " not in page
+    assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", page))
+    unit = "req/s" if lang == "en" else "请求/秒"
+    assert f"8 {unit}" in page and ("all at once" if lang == "en" else "全部同时发送") in page
+
+
+def test_the_rate_page_says_where_it_saturates_and_what_to_run(rate_pages) -> None:
+    page = rate_pages["en"]
+    assert "Request-rate sweep" in page
+    assert "The server saturates between 8 req/s and 16 req/s" in page
+    assert '<span class="sweeper-card__value">8 req/s · 245 tok/s</span>' in page
+    assert "Offered against achieved rate" in page
+    assert "| Offered rate | Sent req/s | Completed req/s |" in page
+    assert "Goodput (req/s)" in page  # the SLO table chooses by goodput
+    assert "请求速率扫描" in rate_pages["zh"] and "计划速率与实际速率" in rate_pages["zh"]
+
+
+def test_the_rate_charts_put_the_offered_rate_on_the_x_axis(rate_pages) -> None:
+    specs = _specs(rate_pages["en"])
+    rate_axes = [
+        layer["encoding"]["x"]
+        for spec in specs
+        for layer in spec.get("layer", [spec])
+        if layer.get("encoding", {}).get("x", {}).get("field") == "rate_x"
+    ]
+    assert rate_axes  # the rate-follow and ITL charts
+    assert all("'all at once'" in x["axis"]["labelExpr"] for x in rate_axes)
+    # no chart calls a rate level by its key
+    assert "C=" not in json.dumps(specs, ensure_ascii=False)
+    zh = json.dumps(_specs(rate_pages["zh"]), ensure_ascii=False)
+    assert "全部同时发送" in zh and "计划速率" in zh
+
+
+@pytest.mark.parametrize(("hit_rate", "words"), [(0.0, "prefix caching looks off"), (0.6, "60.0%")])
+def test_multi_turn_pages_show_ttft_by_turn_and_the_hit_rate(
+    tmp_path: Path, hit_rate: float, words: str
+) -> None:
+    run = collect_run(load_trace_set(write_session_run(tmp_path, "turns", hit_rate=hit_rate)))
+    pages = {lang: render_run_page(run, lang) for lang in ("en", "zh")}
+    en = pages["en"]
+    assert "Multi-turn sessions: TTFT by turn" in en and words in en
+    assert "later turns 15 ms at p50 against 50 ms for turn 1" in en
+    turn_charts = [
+        s for s in _specs(en) if s.get("encoding", {}).get("x", {}).get("field") == "turn"
+    ]
+    assert len(turn_charts) == 1
+    assert "多轮会话：各轮的 TTFT" in pages["zh"]
+    for page in pages.values():
+        assert page_defects(page) == []
+        assert "C=" not in page
+
+
+def test_a_page_without_turns_has_no_turn_section(tmp_path: Path) -> None:
+    run = collect_run(load_trace_set(write_rate_run(tmp_path, "flat", [1.0, 2.0])))
+    assert "TTFT by turn" not in render_run_page(run, "en")
