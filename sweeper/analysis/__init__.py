@@ -17,4 +17,12 @@ The submodules are imported where they are used (``from sweeper.analysis.frames 
 level_frame``): the recorder reads the thresholds without loading pandas.
 """
 
-__all__ = ["completeness", "frames", "server_frames", "slo", "summary", "tail_signature", "thresholds"]
+__all__ = [
+    "completeness",
+    "frames",
+    "server_frames",
+    "slo",
+    "summary",
+    "tail_signature",
+    "thresholds",
+]
