@@ -7,10 +7,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from sweeper.i18n import DEFAULT_LANGUAGE
+from sweeper.findings.levels import level_name, level_rates
+from sweeper.i18n import DEFAULT_LANGUAGE, N_, fmt_number, join_list
 from sweeper.report.markup import esc, table, tr
 from sweeper.report.run_report import model_full_name, model_title
-from sweeper.schema import Fact
+from sweeper.schema import Fact, Workload
 from sweeper.store import TraceSet
 
 
@@ -47,10 +48,16 @@ def recorded_section(ts: TraceSet, lang: str) -> list[str]:
             f'<p class="sweeper-note">{html.escape(legend)}</p>',
         ]
     wl = m.workload
-    workload = [
-        [tr(lang, "Concurrency levels"), esc(", ".join(map(str, wl.concurrency_levels)))],
-        [tr(lang, "Warm-up requests per level"), str(wl.warmup_per_level)],
-    ]
+    if wl.open_loop:
+        rates = level_rates(wl)
+        names = [level_name(k, rates, lang) for k in sorted(rates)]
+        workload = [[tr(lang, "Offered rates"), esc(join_list(lang, names))]]
+    else:
+        workload = [
+            [tr(lang, "Concurrency levels"), esc(", ".join(map(str, wl.concurrency_levels)))]
+        ]
+    workload.append([tr(lang, "Warm-up requests per level"), str(wl.warmup_per_level)])
+    workload += workload_rows(wl, lang)
     if wl.ignore_eos is not None:
         workload.append(["ignore_eos", str(wl.ignore_eos).lower()])
     if wl.prompt_source:
@@ -109,3 +116,127 @@ def value_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload in words (open loop, arrivals, datasets, lengths, sessions, replay)
+
+
+def _varied(wl: Workload) -> bool:
+    """Whether the workload is more than fixed-length random prompts in a closed loop: only
+    then are the rows below written (a closed-loop page of before stays as it was)."""
+    fields = (
+        wl.dataset not in (None, "random"),
+        wl.input_len_range,
+        wl.output_len_range,
+        wl.sessions,
+        wl.turns,
+        wl.trace_speedup,
+        wl.max_concurrency,
+    )
+    return wl.open_loop or any(bool(f) for f in fields)
+
+
+def workload_rows(wl: Workload, lang: str) -> list[list[str]]:
+    """Rows of the workload table saying how the load was made, in ``lang`` (escaped)."""
+    if not _varied(wl):
+        return []
+    rows = [[tr(lang, "Load"), esc(_load_words(wl, lang))]]
+    if wl.open_loop:
+        rows.append([tr(lang, "Arrivals"), esc(_arrival_words(wl, lang))])
+        cap = (
+            tr(lang, "at most {n} requests in flight (--max-concurrency)").format(
+                n=fmt_number(wl.max_concurrency, lang, 0)
+            )
+            if wl.max_concurrency
+            else tr(lang, "none: every request is sent on schedule")
+        )
+        rows.append([tr(lang, "Concurrency cap"), esc(cap)])
+    if wl.duration_s:
+        rows.append(
+            [
+                tr(lang, "Per level"),
+                esc(tr(lang, "{s} s of arrivals").format(s=fmt_number(wl.duration_s, lang, 1))),
+            ]
+        )
+    if wl.dataset:
+        rows.append([tr(lang, "Dataset"), esc(_dataset_words(wl, lang))])
+    for label, centre, spread in (
+        (tr(lang, "Input lengths"), wl.input_len, wl.input_len_range),
+        (tr(lang, "Output lengths"), wl.output_len, wl.output_len_range),
+    ):
+        if centre and spread:
+            rows.append([label, esc(_range_words(centre, spread, lang))])
+    if wl.sessions or wl.turns:
+        rows.append([tr(lang, "Sessions"), esc(_session_words(wl, lang))])
+    return rows
+
+
+def _load_words(wl: Workload, lang: str) -> str:
+    if wl.open_loop:
+        return tr(
+            lang,
+            "open loop: requests are sent on a schedule of arrivals, whatever the server does; "
+            "latency also counts from when the schedule said to send",
+        )
+    return tr(
+        lang,
+        "closed loop: C streams, each sending its next request when its answer ends",
+    )
+
+
+def _arrival_words(wl: Workload, lang: str) -> str:
+    b = wl.burstiness
+    if wl.arrival == "trace":
+        speed = wl.trace_speedup or 1.0
+        return tr(lang, "a trace replayed at its own timestamps, {x}× as fast").format(
+            x=fmt_number(speed, lang, 2)
+        )
+    if wl.arrival == "constant":
+        return tr(lang, "constant: evenly spaced")
+    if wl.arrival == "gamma" and b is not None and b != 1:
+        key = (
+            N_("gamma, burstiness {b}: burstier than Poisson (gaps vary more)")
+            if b < 1
+            else N_("gamma, burstiness {b}: more regular than Poisson")
+        )
+        return tr(lang, key).format(b=fmt_number(b, lang, 2))
+    return tr(lang, "Poisson: independent arrivals, exponential gaps (burstiness 1)")
+
+
+def _dataset_words(wl: Workload, lang: str) -> str:
+    kind, _, name = (wl.dataset or "").partition(":")
+    kinds = {
+        "random": tr(lang, "random tokens"),
+        "sharegpt": tr(lang, "ShareGPT conversations (the first human turn as the prompt)"),
+        "jsonl": tr(lang, "JSONL prompts"),
+        "mooncake": tr(lang, "a Mooncake trace (shared prefix blocks by hash id)"),
+    }
+    text = kinds.get(kind, kind)
+    if name:
+        text += f" · {name}"
+    if wl.dataset_sha256:
+        text += f" · sha256 {wl.dataset_sha256[:12]}"
+    return text
+
+
+def _range_words(centre: int, spread: float, lang: str) -> str:
+    low, high = round(centre * (1 - spread)), round(centre * (1 + spread))
+    return tr(lang, "{low} to {high} tokens, uniform (±{pct}% around {centre})").format(
+        low=fmt_number(low, lang, 0),
+        high=fmt_number(high, lang, 0),
+        pct=fmt_number(spread * 100, lang, 0),
+        centre=fmt_number(centre, lang, 0),
+    )
+
+
+def _session_words(wl: Workload, lang: str) -> str:
+    text = tr(lang, "{n} conversations of {k} turns, each turn resending the history").format(
+        n=fmt_number(wl.sessions or 0, lang, 0) if wl.sessions else "?",
+        k=fmt_number(wl.turns or 0, lang, 0) if wl.turns else "?",
+    )
+    if wl.think_time_ms:
+        text += ("；" if lang == "zh" else "; ") + tr(
+            lang, "{ms} ms of think time between an answer and the next turn"
+        ).format(ms=fmt_number(wl.think_time_ms, lang, 0))
+    return text

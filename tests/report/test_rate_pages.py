@@ -92,3 +92,45 @@ def test_multi_turn_pages_show_ttft_by_turn_and_the_hit_rate(
 def test_a_page_without_turns_has_no_turn_section(tmp_path: Path) -> None:
     run = collect_run(load_trace_set(write_rate_run(tmp_path, "flat", [1.0, 2.0])))
     assert "TTFT by turn" not in render_run_page(run, "en")
+
+
+def test_how_it_was_recorded_says_the_workload_in_words() -> None:
+    from sweeper.report.provenance import workload_rows
+    from sweeper.schema import Workload
+
+    wl = Workload(
+        input_len=1000,
+        output_len=200,
+        concurrency_levels=[1, 2],
+        load="rate",
+        request_rates={"1": 2.0, "2": float("inf")},
+        arrival="gamma",
+        burstiness=0.5,
+        max_concurrency=64,
+        duration_s=60,
+        dataset="sharegpt:conversations.json",
+        dataset_sha256="0123456789abcdef" * 4,
+        input_len_range=0.5,
+        output_len_range=0.1,
+        sessions=8,
+        turns=4,
+        think_time_ms=500,
+    )
+    en = dict(workload_rows(wl, "en"))
+    assert en["Load"].startswith("open loop")
+    assert en["Arrivals"].startswith("gamma, burstiness 0.5&#58; burstier than Poisson")
+    assert (
+        en["Concurrency cap"]
+        == "at most 64 requests in flight &#40;&#45;&#45;max&#45;concurrency&#41;"
+    )
+    assert "conversations.json" in en["Dataset"] and "sha256 0123456789ab" in en["Dataset"]
+    assert en["Input lengths"].startswith("500 to 1,500 tokens")
+    assert en["Sessions"].startswith("8 conversations of 4 turns") and "500 ms" in en["Sessions"]
+    zh = dict(workload_rows(wl, "zh"))
+    assert zh["负载方式"].startswith("开环") and "gamma，突发度 0.5" in zh["到达方式"]
+    replay = Workload(load="rate", request_rates={"1": 3.5}, arrival="trace", trace_speedup=2.0)
+    assert "2× as fast" in dict(workload_rows(replay, "en"))["Arrivals"]
+    # a closed loop of fixed-length random prompts: the table stays as it was
+    assert (
+        workload_rows(Workload(concurrency_levels=[1, 4], input_len=128, output_len=64), "en") == []
+    )
