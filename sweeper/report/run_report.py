@@ -263,6 +263,18 @@ def per_stream_rate(levels: pd.DataFrame) -> float | None:
     return float(first["output_throughput_tok_s"].iloc[0] / first["concurrency"].iloc[0])
 
 
+def per_request_rate(levels: pd.DataFrame) -> float | None:
+    """A rate run's lowest measured level's output rate per request in flight (tok/s), or None
+    where the trace cannot say how many were in flight."""
+    first = measured_levels(levels).head(1)
+    if first.empty or "inflight_mean" not in first.columns:
+        return None
+    inflight = first["inflight_mean"].iloc[0]
+    if not finite(inflight) or inflight <= 0:
+        return None
+    return float(first["output_throughput_tok_s"].iloc[0] / inflight)
+
+
 def tokens_per_request(run: RunReport) -> float | None:
     """Input + output tokens of one request, by the rule the kv_ceiling finding uses
     (:func:`sweeper.analysis.frames.request_tokens`)."""

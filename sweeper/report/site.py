@@ -37,6 +37,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from sweeper.errors import SweeperError
+from sweeper.findings.levels import level_name, level_rates
 from sweeper.i18n import LANGUAGES, fmt_date, fmt_number
 from sweeper.report import charts
 from sweeper.report.markup import (
@@ -57,6 +58,7 @@ from sweeper.report.run_report import (
     gpu_title,
     model_title,
     peak_level,
+    per_request_rate,
     per_stream_rate,
 )
 from sweeper.schema import MANIFEST_FILE
@@ -261,19 +263,23 @@ def _link(text: str, target: str) -> str:
 
 
 def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
+    rates = level_rates(run.ts.manifest)  # a rate run's levels are named by their rate
     peak = peak_level(run.levels)
     peak_text = "–"
     if peak is not None:
-        peak_text = (
-            f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} (C={int(peak['concurrency'])})"
-        )
-    rate = per_stream_rate(run.levels)
+        name = esc(level_name(int(peak["concurrency"]), rates, lang))
+        peak_text = f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} ({name})"
+    rate = per_stream_rate(run.levels) if not rates else per_request_rate(run.levels)
     single = fmt_number(rate, lang, 1) if rate is not None else "–"
     recommended = run.known("recommended")
     rec = "–"
     if recommended is not None:
         chosen = recommended.numbers.get("concurrency")
-        rec = f"C={chosen}" if chosen is not None else html.escape(tr(lang, "none meets the SLO"))
+        rec = (
+            esc(level_name(int(chosen), rates, lang))
+            if chosen is not None
+            else html.escape(tr(lang, "none meets the SLO"))
+        )
     return peak_text, single, rec
 
 

@@ -134,3 +134,14 @@ def test_how_it_was_recorded_says_the_workload_in_words() -> None:
     assert (
         workload_rows(Workload(concurrency_levels=[1, 4], input_len=128, output_len=64), "en") == []
     )
+
+
+def test_the_runs_index_names_a_rate_run_by_its_rates(tmp_path: Path) -> None:
+    from sweeper.report.site import generate_pages
+
+    write_rate_run(tmp_path, "rate-sat", RATES)
+    pages = generate_pages(tmp_path)
+    index = pages["runs/index.md"]
+    row = next(line for line in index.splitlines() if "rate&#45;sat" in line)
+    assert "(all at once)" in row and "| 8 req/s |" in row and "C=" not in row
+    assert "8 请求/秒" in pages["runs/index.zh.md"]
