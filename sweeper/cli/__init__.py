@@ -11,6 +11,7 @@ from sweeper.cli.compact import compact_command
 from sweeper.cli.findings import findings_command
 from sweeper.cli.importing import import_command
 from sweeper.cli.record import record_command
+from sweeper.cli.study import study_command
 from sweeper.cli.summary import summary_command
 from sweeper.version import __version__
 
@@ -37,5 +38,6 @@ for _command in (
     findings_command,
     build_command,
     compact_command,
+    study_command,
 ):
     cli.add_command(_command)
