@@ -19,7 +19,7 @@ import pandas as pd
 from sweeper.findings.frames import RunFrames
 from sweeper.findings.levels import (
     LevelRates,
-    level_name,
+    level_in_sentence,
     level_rates,
     level_template,
     rate_placeholders,
@@ -120,7 +120,7 @@ class Levels(Value):
 
     def render(self, lang: str) -> str:
         rates = rates_now()
-        return join_list(lang, [level_name(c, rates, lang) for c in self.levels])
+        return join_list(lang, [level_in_sentence(c, rates, lang) for c in self.levels])
 
 
 @dataclass
@@ -130,7 +130,7 @@ class Level(Value):
     key: int
 
     def render(self, lang: str) -> str:
-        return level_name(self.key, rates_now(), lang)
+        return level_in_sentence(self.key, rates_now(), lang)
 
 
 class Share(Value):
@@ -187,7 +187,7 @@ def format_message(lang: str, msgid: str, values: dict[str, Any]) -> str:
         for name in rate_placeholders(template):
             value = values.get(name)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                rendered[name] = level_name(int(value), rates, lang)
+                rendered[name] = level_in_sentence(int(value), rates, lang)
         template = level_template(template, rates)
     return template.format(**rendered)
 

@@ -48,18 +48,29 @@ def rate_placeholders(template: str) -> list[str]:
 
 
 def level_text(key: int, rates: LevelRates, lang: str) -> str:
-    """The level as the text after ``C=`` in a closed loop (``16``), or the whole label of a rate
-    level (``4 req/s``): what :func:`level_template`'s placeholder takes."""
+    """The level as the text after ``C=`` in a closed loop (``16``), or a rate level as a
+    sentence names it (``4 req/s``; the all-at-once level as such: "at the all-at-once level"
+    reads where "at all at once" would not): what :func:`level_template`'s placeholder takes."""
     if not rates:
         return str(key)
     rate = rates.get(int(key))
     if rate is None:
         return f"#{key}"
+    if math.isinf(rate):
+        return "“全部同时发送”档" if lang == "zh" else "the all-at-once level"
     return level_label(int(key), rate, lang)
 
 
 def level_name(key: int, rates: LevelRates, lang: str) -> str:
-    """The level's whole name: ``C=16`` or ``4 req/s``."""
+    """The level's name in a table, a chart or a list: ``C=16``, ``4 req/s``, ``all at once``."""
+    if not rates:
+        return f"C={key}"
+    rate = rates.get(int(key))
+    return level_label(int(key), rate, lang) if rate is not None else f"#{key}"
+
+
+def level_in_sentence(key: int, rates: LevelRates, lang: str) -> str:
+    """The level's name inside a sentence: ``C=16``, ``4 req/s``, ``the all-at-once level``."""
     return f"C={key}" if not rates else level_text(key, rates, lang)
 
 

@@ -199,7 +199,7 @@ def saturation(data: RunFrames, th: Thresholds) -> Finding:
             b=Level(lv.key),
             signs=_sign_list(lv.signs),
         )
-    _evidence_words(text, lv, levels[0], th)
+    _evidence_words(text, lv, levels[0], data.manifest.workload.max_concurrency)
     _capacity_words(text, levels, numbers)
     _certainty_words(text, lv)
     return Finding(
@@ -238,25 +238,37 @@ def _saturation_numbers(
     }
 
 
-def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, th: Thresholds) -> None:
-    """One sentence per sign seen at the saturated level, with its numbers."""
+def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, cap: int | None) -> None:
+    """One sentence per sign seen at the saturated level, with its numbers (``cap``: the
+    workload's --max-concurrency). The completion rate is not said twice where the client
+    already sent fewer."""
     offered = Num(lv.offered, 2) if math.isfinite(lv.offered) else "?"
-    if "sent" in lv.signs:
+    if "sent" in lv.signs and cap:
         text.add(
             N_(
                 "At {b} the client sent only {sent} req/s of the {offered} offered: requests "
-                "waited for the --max-concurrency cap or for the client itself."
+                "waited for a place under --max-concurrency {cap}."
+            ),
+            b=Level(lv.key),
+            sent=Num(lv.sent, 2),
+            offered=offered,
+            cap=Num(cap, 0),
+        )
+    elif "sent" in lv.signs:
+        text.add(
+            N_(
+                "At {b} the client sent only {sent} req/s of the {offered} offered: with no "
+                "--max-concurrency cap, the client itself fell behind its schedule."
             ),
             b=Level(lv.key),
             sent=Num(lv.sent, 2),
             offered=offered,
         )
-    if "completed" in lv.signs:
+    elif "completed" in lv.signs:
         text.add(
-            N_("At {b} {done} req/s completed of the {offered} offered ({share})."),
+            N_("At {b} only {done} req/s completed ({share} of the offered rate)."),
             b=Level(lv.key),
             done=Num(lv.completed, 2),
-            offered=offered,
             share=Pct(lv.follow, 0),
         )
     if "client_queue" in lv.signs:
@@ -278,7 +290,6 @@ def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, th: Thresholds)
             low=Level(low.key),
             t0=Ms(low.ttft),
         )
-    del th
 
 
 def _capacity_words(text: Text, levels: list[_RateLevel], numbers: dict[str, Any]) -> None:

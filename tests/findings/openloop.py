@@ -57,20 +57,28 @@ class ToyServer:
 
 
 def _one(
-    server: ToyServer, key: int, i: int, sched: float, start: float, turn: int | None
+    server: ToyServer,
+    key: int,
+    i: int,
+    sched: float,
+    start: float,
+    turn: int | None,
+    send: float | None = None,
 ) -> tuple[RequestTrace, float]:
-    """A request scheduled at ``sched`` (s), sent then, served from ``start``; returns its end."""
+    """A request scheduled at ``sched`` (s), sent at ``send`` (default: on schedule), served from
+    ``start``; returns its end."""
+    send = sched if send is None else send
     first = server.ttft_ms
     if turn is not None and turn > 1 and server.later_turn_ttft_ms is not None:
         first = server.later_turn_ttft_ms
     offsets = [
-        (start - sched) + first / 1e3 + k * server.itl_ms / 1e3 for k in range(server.output_len)
+        (start - send) + first / 1e3 + k * server.itl_ms / 1e3 for k in range(server.output_len)
     ]
     chunk_ns = [round(o * NS) for o in offsets]
     trace = RequestTrace(
         concurrency=key,
         request_id=f"r{key}-{i:05d}",
-        send_ns=round(sched * NS),
+        send_ns=round(send * NS),
         scheduled_ns=round(sched * NS),
         end_ns=chunk_ns[-1] + 100_000,
         chunk_ns=chunk_ns,
@@ -79,23 +87,45 @@ def _one(
         completion_tokens=server.output_len,
         finish_reason="length",
     )
-    return trace, sched + offsets[-1]
+    return trace, send + offsets[-1]
+
+
+@dataclass
+class Spans:
+    """When each request waited in the server's queue and ran, for the scrapes."""
+
+    waiting: list[tuple[float, float]]
+    running: list[tuple[float, float]]
 
 
 def rate_level(
-    server: ToyServer, key: int, rate: float, requests: int, origin_s: float
+    server: ToyServer,
+    key: int,
+    rate: float,
+    requests: int,
+    origin_s: float,
+    *,
+    client_cap: int | None = None,
+    spans: Spans | None = None,
 ) -> tuple[list[RequestTrace], float]:
-    """One rate level from ``origin_s``; returns its traces and when its last request ended."""
+    """One rate level from ``origin_s``; returns its traces and when its last request ended.
+    ``client_cap``: at most this many requests in flight (``--max-concurrency``): a request
+    waits in the client until one ends."""
     gap = 0.0 if math.isinf(rate) else 1.0 / rate
-    free = [origin_s] * server.slots  # when each slot frees
-    heapq.heapify(free)
+    free = [origin_s] * server.slots  # when each server slot frees
+    client = [origin_s] * (client_cap or requests)  # when each client slot frees
     out: list[RequestTrace] = []
     last = origin_s
     for i in range(requests):
         sched = origin_s + i * gap
-        start = max(sched, heapq.heappop(free))
-        trace, end = _one(server, key, i, sched, start, None)
+        send = max(sched, heapq.heappop(client))
+        start = max(send, heapq.heappop(free))
+        trace, end = _one(server, key, i, sched, start, None, send)
         heapq.heappush(free, end)
+        heapq.heappush(client, end)
+        if spans is not None:
+            spans.waiting.append((send, start))
+            spans.running.append((start, end))
         out.append(trace)
         last = max(last, end)
     return out, last
@@ -179,19 +209,50 @@ def write_rate_run(
     *,
     server: ToyServer | None = None,
     requests: int = 40,
-    metrics: list[MetricSample] | None = None,
     kv_cache_tokens: int | None = None,
+    client_cap: int | None = None,
+    scrape: bool = False,
 ) -> Path:
-    """A rate sweep against the toy server, one level per offered rate."""
+    """A rate sweep against the toy server, one level per offered rate; ``client_cap``: the
+    client's --max-concurrency; ``scrape``: the server's running / waiting gauges scraped."""
     server = server or ToyServer()
     traces: list[RequestTrace] = []
     t = 0.0
+    spans = Spans([], [])
     for key, rate in enumerate(rates, start=1):
-        level, end = rate_level(server, key, rate, requests, t)
+        level, end = rate_level(server, key, rate, requests, t, client_cap=client_cap, spans=spans)
         traces += level
         t = end + 0.5
-    manifest = rate_manifest(run_id, rates, server, requests, kv_cache_tokens=kv_cache_tokens)
-    return write_trace_set(root / run_id, manifest, traces, metrics=metrics or [])
+    manifest = rate_manifest(
+        run_id,
+        rates,
+        server,
+        requests,
+        kv_cache_tokens=kv_cache_tokens,
+        max_concurrency=client_cap,
+    )
+    metrics = queue_scrapes(t, spans) if scrape else []
+    return write_trace_set(root / run_id, manifest, traces, metrics=metrics)
+
+
+def queue_scrapes(until_s: float, spans: Spans) -> list[MetricSample]:
+    """Scrapes every 0.1 s of vLLM's running and waiting gauges, from the simulated spans."""
+    out = []
+    for i in range(int(until_s / 0.1) + 1):
+        t = i * 0.1
+        waiting = sum(1 for a, b in spans.waiting if a <= t < b)
+        running = sum(1 for a, b in spans.running if a <= t < b)
+        out.append(
+            MetricSample(
+                t_ns=round(t * NS),
+                url="http://127.0.0.1:8000/metrics",
+                series=[
+                    Series(name="vllm:num_requests_waiting", value=float(waiting)),
+                    Series(name="vllm:num_requests_running", value=float(running)),
+                ],
+            )
+        )
+    return out
 
 
 def write_session_run(

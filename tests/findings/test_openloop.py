@@ -80,7 +80,9 @@ def test_all_at_once_is_named(tmp_path: Path) -> None:
     )
     knee = finding(found, "knee")
     assert knee.numbers["saturation_level"] == 3
-    assert "all at once" in knee.text["en"] and "全部同时发送" in knee.text["zh"]
+    assert "between 4 req/s and the all-at-once level" in knee.text["en"]
+    assert "“全部同时发送”档" in knee.text["zh"]
+    assert "likely, not certain" in knee.text["en"]  # TTFT growth alone
     assert knee.numbers["offered_rate_rps"]["3"] is None  # JSON has no inf
 
 
@@ -92,3 +94,33 @@ def test_kv_need_is_the_requests_in_flight(tmp_path: Path) -> None:
     # 288 tokens a request, a pool of four: the need follows the requests in flight, not the key
     assert occupancy["1"] < 0.5 and occupancy["5"] > 1.0
     assert "requests in flight" in kv.text["en"] and "C=" not in kv.text["en"]
+
+
+def test_the_client_queue_and_the_server_queue_are_named(tmp_path: Path) -> None:
+    # --max-concurrency 4 = the server's slots: past ~11 req/s requests wait in the client
+    capped = analyze_run(
+        load_trace_set(write_rate_run(tmp_path, "capped", SATURATING, client_cap=4))
+    )
+    knee = finding(capped, "knee")
+    assert knee.numbers["saturation_level"] == 4
+    assert {"sent", "client_queue"} <= set(knee.numbers["evidence"])
+    assert "the client sent only" in knee.text["en"] and "in the client at p90" in knee.text["en"]
+    assert "server_waiting" not in knee.numbers["evidence"]  # no scrapes: not claimed
+    # no cap, the server's gauges scraped: the server's waiting queue says it too
+    scraped = analyze_run(
+        load_trace_set(write_rate_run(tmp_path, "scraped", SATURATING, scrape=True))
+    )
+    knee = finding(scraped, "knee")
+    assert knee.numbers["saturation_level"] == 4
+    assert {"completed", "server_waiting"} <= set(knee.numbers["evidence"])
+    assert "The server's waiting queue held" in knee.text["en"]
+    assert knee.numbers["server_waiting_mean"]["1"] == 0.0
+
+
+def test_a_sweep_that_keeps_up_with_scrapes_claims_no_more(tmp_path: Path) -> None:
+    found = analyze_run(
+        load_trace_set(write_rate_run(tmp_path, "ok", [1.0, 2.0, 4.0], scrape=True))
+    )
+    knee = finding(found, "knee")
+    assert knee.numbers["saturation_level"] is None
+    assert "/metrics" not in knee.text["en"]  # the server's side was seen
