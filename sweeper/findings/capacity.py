@@ -101,16 +101,12 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     seqs_above = finite(max_seqs) and float(max_seqs) > pool.ceiling
     text = Text()
     _ceiling_words(text, pool, max_seqs, seqs_above=seqs_above)
-    _top_level_words(text, data.concurrencies[-1], need[-1], occupancy[-1], observed[-1])
     rate_run = data.manifest.workload.open_loop
+    if finite(need[-1]):
+        _top_level_words(text, data.concurrencies[-1], need[-1], occupancy[-1], observed[-1])
     full_at = _overcommit_words(text, pool, data.concurrencies, occupancy, rate_run=rate_run)
     if rate_run:
-        text.add(
-            N_(
-                "In this rate sweep a level's need is its requests in flight, measured from the "
-                "trace (the time-weighted mean), times the tokens of one request."
-            )
-        )
+        _rate_need_words(text, need)
     hits = [data.server_value(c, "prefix_cache_hit_rate") for c in data.concurrencies]
     best_hits = _prefix_cache_words(text, data, pool, hits, th)
     if best_hits is not None:
@@ -139,6 +135,26 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
         text=text.render(),
         data=uses,
     )
+
+
+def _rate_need_words(text: Text, need: list[float]) -> None:
+    """How a rate level's need is counted, or that it cannot be (no requests in flight known:
+    an import whose send times are not the recording's own)."""
+    if all(finite(n) for n in need):
+        text.add(
+            N_(
+                "In this rate sweep a level's need is its requests in flight, measured from the "
+                "trace (the time-weighted mean), times the tokens of one request."
+            )
+        )
+    else:
+        text.add(
+            N_(
+                "In this rate sweep a level's need is its requests in flight, and the trace does "
+                "not say how many were in flight at some levels (their send times are not the "
+                "recording's own): their occupancy is unknown."
+            )
+        )
 
 
 def _prefix_cache_words(

@@ -124,3 +124,24 @@ def test_a_sweep_that_keeps_up_with_scrapes_claims_no_more(tmp_path: Path) -> No
     knee = finding(found, "knee")
     assert knee.numbers["saturation_level"] is None
     assert "/metrics" not in knee.text["en"]  # the server's side was seen
+
+
+def test_a_rate_run_without_in_flight_counts_invents_none(tmp_path: Path) -> None:
+    """An import's rate levels: send times not the recording's own, so no requests in flight and
+    no request times: every finding still reads, none with a NaN in it."""
+    from dataclasses import replace
+
+    from sweeper.findings import analyze
+    from sweeper.findings.frames import run_frames
+
+    path = write_rate_run(tmp_path, "imported", SATURATING, kv_cache_tokens=4 * 288)
+    data = run_frames(load_trace_set(path))
+    levels = data.levels.assign(inflight_mean=float("nan"), inflight_max=float("nan"))
+    found = analyze(replace(data, levels=levels, requests=None, gaps=None))
+    for f in found:
+        assert "error" not in f.numbers, f.numbers.get("error")
+        for lang in ("en", "zh"):
+            assert "nan" not in f.text[lang].lower(), (f.id, f.text[lang])
+            assert "C=" not in f.text[lang], (f.id, f.text[lang])
+    assert "occupancy is unknown" in finding(found, "kv_ceiling").text["en"]
+    assert finding(found, "knee").numbers["saturation_level"] is not None
