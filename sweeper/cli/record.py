@@ -135,6 +135,42 @@ def _warmup(value: str) -> int | None:
     help="Vary output lengths likewise around --output-len; e.g. 0.5.",
 )
 @click.option(
+    "--dataset",
+    default="random",
+    metavar="KIND[:FILE]",
+    help="Where prompts come from: random (seeded, --input-len tokens), sharegpt:FILE.json "
+    "(the first human turn; output length = its answer's, unless --output-len is given), "
+    "jsonl:FILE (prompt or messages a line, optional output_len) or mooncake:FILE.jsonl (a "
+    "trace replayed at its timestamps, prompts sharing its hash-id blocks).",
+)
+@click.option(
+    "--trace-speedup",
+    type=float,
+    default=1.0,
+    metavar="X",
+    help="Replay (--dataset mooncake:...) X times as fast as the trace's timestamps.",
+)
+@click.option(
+    "--sessions",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Multi-turn: N conversations per level, each of --turns turns whose history grows "
+    "(earlier messages and answers as received, then a new --input-len message).",
+)
+@click.option(
+    "--turns",
+    type=click.IntRange(min=1),
+    metavar="K",
+    help="Multi-turn: turns per conversation (with --sessions).",
+)
+@click.option(
+    "--think-time-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="MS",
+    help="Multi-turn: pause between an answer and the conversation's next turn.",
+)
+@click.option(
     "--concurrency",
     metavar="LIST",
     help="Concurrency levels (closed loop), comma-separated, swept in this order; e.g. 1,4,16.  "

@@ -81,6 +81,7 @@ class RequestSpec:
     asked_input_tokens: int | None = None
     asked_output_tokens: int | None = None
     keep_text: bool = False  # collect the answer's text (multi-turn history)
+    answer: str | None = None  # the answer's text, when keep_text (set once sent)
 
 
 @dataclass
@@ -158,7 +159,7 @@ async def stream_request(
         body = shaper.apply(spec.body)
         send_ns = clock()
         state = _Stream()
-        reader = ChunkReader(endpoint=endpoint)
+        reader = ChunkReader(endpoint=endpoint, keep_text=spec.keep_text)
         error: RequestError | None = None
         try:
             async with asyncio.timeout(timeout_s):
@@ -206,6 +207,8 @@ async def stream_request(
         # A good stream ends at its last byte; a failed one when the failure was seen.
         end_ns = state.end_ns if error is None and state.end_ns is not None else clock() - send_ns
         usage = reader.usage or {}
+        if spec.keep_text:
+            spec.answer = "".join(reader.text)
         return RequestTrace(
             concurrency=spec.concurrency,
             request_id=spec.request_id,

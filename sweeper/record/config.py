@@ -73,6 +73,13 @@ class RecordConfig:
     # Lengths per request, uniform in [L(1-R), L(1+R)] around --input-len / --output-len.
     input_len_range: float | None = None
     output_len_range: float | None = None
+    # Where prompts come from: random, sharegpt:FILE, jsonl:FILE or mooncake:FILE (a replay).
+    dataset: str = "random"
+    trace_speedup: float = 1.0  # mooncake: timestamps divided by this
+    # Multi-turn: conversations per level, turns each, the pause between an answer and the next.
+    sessions: int | None = None
+    turns: int | None = None
+    think_time_ms: float = 0.0
     metrics_urls: list[str] | None = None  # None: <base-url>/metrics; []: no scraping
     scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S
     server_log: Path | None = None
@@ -150,9 +157,19 @@ class RecordConfig:
                     "uniformly in [L(1-R), L(1+R)] around the length (e.g. 0.5: 512 to 1536 "
                     "around 1024)"
                 )
+        self._check_prompts()
         if self.request_rate is not None:
             self._check_rates()
-        elif not self.resume:  # a resumed run keeps its own counts (checked against the run's)
+        elif self.resume or self.replay:
+            pass  # a resumed run keeps its own counts (checked against the run's)
+        elif self.sessions is not None:
+            if self.sessions < max(self.concurrency):
+                raise ConfigError(
+                    f"--sessions {self.sessions} is fewer conversations than streams at "
+                    f"C={max(self.concurrency)}: each stream runs one conversation at a time; "
+                    f"pass --sessions {max(self.concurrency)} or more"
+                )
+        else:
             check_request_counts(self.requests_per_level, self.concurrency)
         for option, value in (("--arrival", "arrival"), ("--burstiness", "burstiness")):
             if self.request_rate is None and self.set_by_user(value):
@@ -171,6 +188,63 @@ class RecordConfig:
         if self.given is not None:
             return name in self.given
         return bool(getattr(self, name) != getattr(RecordConfig(), name))
+
+    def _check_prompts(self) -> None:
+        """--dataset, --trace-speedup and the multi-turn options, with what they exclude."""
+        from sweeper.record.datasets import parse_dataset_spec
+
+        kind, _ = parse_dataset_spec(self.dataset)
+        if kind == "mooncake":
+            for option, name in (
+                ("--request-rate", "request_rate"),
+                ("--concurrency", "concurrency"),
+                ("--sessions", "sessions"),
+            ):
+                if getattr(self, name) is not None and self.set_by_user(name):
+                    raise ConfigError(
+                        f"--dataset mooncake:... replays the trace at its own timestamps (one "
+                        f"level): leave out {option} (--trace-speedup X replays X times faster)"
+                    )
+        elif self.set_by_user("trace_speedup"):
+            raise ConfigError("--trace-speedup applies to a replay: add --dataset mooncake:FILE")
+        if not 0 < self.trace_speedup < math.inf:
+            raise ConfigError(
+                f"--trace-speedup {self.trace_speedup:g} must be a positive number (2 = twice "
+                "as fast as the trace, 0.5 = half as fast)"
+            )
+        if (self.sessions is None) != (self.turns is None):
+            raise ConfigError(
+                "--sessions N and --turns K go together (e.g. --sessions 8 --turns 4)"
+            )
+        if self.sessions is None:
+            if self.set_by_user("think_time_ms"):
+                raise ConfigError("--think-time-ms applies to --sessions N --turns K")
+            return
+        if self.sessions < 1 or (self.turns or 0) < 1:
+            raise ConfigError(
+                f"--sessions {self.sessions} --turns {self.turns}: both must be at least 1"
+            )
+        if not 0 <= self.think_time_ms < math.inf:
+            raise ConfigError(f"--think-time-ms {self.think_time_ms:g} must be 0 or more")
+        if kind != "random":
+            raise ConfigError(
+                f"--sessions with --dataset {self.dataset}: a conversation's turns are built "
+                "from random prompts of --input-len; leave out --dataset"
+            )
+        if self.workers > 1:
+            raise ConfigError(
+                "--sessions with --workers: a conversation's history lives in one process; "
+                "pass --workers 1"
+            )
+        if self.set_by_user("requests_per_level") or self.duration_s is not None:
+            raise ConfigError(
+                "--sessions N --turns K sets a level's requests (N x K); leave out "
+                "--requests-per-level and --duration"
+            )
+
+    @property
+    def replay(self) -> bool:
+        return self.dataset.startswith("mooncake:")
 
     def _check_rates(self) -> None:
         if self.set_by_user("concurrency"):
@@ -207,10 +281,12 @@ class RecordConfig:
 
     @property
     def open_loop(self) -> bool:
-        return self.request_rate is not None
+        return self.request_rate is not None or self.replay
 
     def level_keys(self) -> list[int]:
         """The levels' keys: C (closed loop), or a rate level's 1-based position."""
+        if self.replay:
+            return [1]
         if self.request_rate is not None:
             return list(range(1, len(self.request_rate) + 1))
         return list(self.concurrency)
@@ -219,7 +295,9 @@ class RecordConfig:
         return {str(i): rate for i, rate in enumerate(self.request_rate or [], start=1)}
 
     def requests_for(self, key: int) -> int:
-        """Measured requests planned at a level."""
+        """Measured requests planned at a level (a replay's: set from its trace)."""
+        if self.sessions is not None:
+            return self.sessions * (self.turns or 1)
         if self.request_rate is None:
             return self.requests_per_level.for_level(key)
         if self.requests_per_level.fixed is not None:
@@ -234,6 +312,8 @@ class RecordConfig:
     def warmup_for(self, concurrency: int) -> int:
         if self.warmup is not None:
             return self.warmup
+        if self.replay:
+            return 0  # the trace is the load: nothing before it
         return DEFAULT_RATE_WARMUP if self.request_rate is not None else concurrency
 
 

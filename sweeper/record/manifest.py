@@ -122,6 +122,10 @@ def new_workload(config: RecordConfig) -> Workload:
         unique_prefix=not config.shared_prefix,
         request_params=sent_params(config),
     )
+    workload.dataset = "random"
+    if config.sessions is not None:
+        workload.sessions, workload.turns = config.sessions, config.turns
+        workload.think_time_ms = config.think_time_ms
     workload.input_len_range = config.input_len_range or None
     workload.output_len_range = config.output_len_range or None
     if config.open_loop:

@@ -75,7 +75,8 @@ class LevelStats:
                 (b - a) / NS_PER_MS
                 for a, b in zip(trace.chunk_ns, trace.chunk_ns[1:], strict=False)
             )
-        if trace.prompt_tokens is not None:
+        # A later turn's prompt holds the conversation so far: no fixed length to check.
+        if trace.prompt_tokens is not None and (trace.turn or 1) == 1:
             self.prompt_tokens.append(trace.prompt_tokens)
             asked = trace.asked_input_tokens
             if asked is not None and trace.prompt_tokens != asked:

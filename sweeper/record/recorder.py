@@ -11,7 +11,7 @@ manifest (replaced atomically) says which levels are complete; Ctrl-C marks the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,12 +32,12 @@ from sweeper.record.client import (
 from sweeper.record.config import (
     CONNECT_TIMEOUT_S,
     CONNECTIONS_HEADROOM,
-    DEFAULT_OUTPUT_LEN,
     PROMPT_BUILD_PARALLEL,
     SEND_LATE_P99_MS,
     RecordConfig,
     default_run_id,
 )
+from sweeper.record.datasets import Dataset
 from sweeper.record.http import RawClient, describe_exception
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.manifest import (
@@ -47,13 +47,9 @@ from sweeper.record.manifest import (
     trim_partial_line,
 )
 from sweeper.record.progress import LevelStats, NullProgress, Progress, percentile
+from sweeper.record.prompts import PromptSource, apply_dataset, run_dataset
 from sweeper.record.resume import check_resume, close_killed_attempts
-from sweeper.record.schedule import (
-    arrival_offsets,
-    arrival_rng,
-    resumed_offsets,
-    send_on_schedule,
-)
+from sweeper.record.schedule import resumed_offsets, send_on_schedule
 from sweeper.record.scrape import (
     MetricsParser,
     Scraper,
@@ -68,13 +64,12 @@ from sweeper.record.serverinfo import (
     tokenize_counter,
     tokenizer_counter,
 )
+from sweeper.record.sessions import closed_conversations, conversations, open_conversations
 from sweeper.record.stamps import StampStats
 from sweeper.record.workers import WORKER_LEAD_NS, LevelResult, WorkerPool, WorkerSettings
 from sweeper.record.workload import (
     PromptBuilder,
     TokenCounter,
-    asked_lengths,
-    completion_body,
     length_bounds,
     level_name,
     request_id,
@@ -145,6 +140,7 @@ class _Sweep:
     lag: LagMonitor
     url: str = ""  # where the requests go
     endpoint: str = "completions"
+    source: PromptSource | None = None  # what each request says (built with the builder)
 
 
 def record_sweep(
@@ -193,6 +189,8 @@ async def arecord_sweep(
             raise ConfigError("the run to resume names no base URL; pass --base-url")
         config.base_url = base_url
     assert config.base_url is not None
+    # A dataset file that does not parse is said before any request.
+    dataset = run_dataset(config, previous.workload if previous is not None else None)
     root, api = api_roots(config.base_url)
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     limits = _limits(previous.workload if previous is not None else new_workload(config))
@@ -238,7 +236,9 @@ async def arecord_sweep(
             manifest.client.http_client = "httpx" if streamer is client else "raw"
             parser = MetricsParser()
             try:
-                return await _record(run, client, streamer, parser, info, model, api, headers)
+                return await _record(
+                    run, client, streamer, parser, info, model, api, headers, dataset
+                )
             finally:
                 writer.close()
                 await parser.aclose()
@@ -323,6 +323,7 @@ async def _record(
     model: str,
     api: str,
     headers: dict[str, str],
+    dataset: Dataset | None = None,
 ) -> Path:
     """The sweep, with the scraper and the lag monitor around it; the manifest's end is kept
     whatever happens (Ctrl-C: ``incomplete``; the error rate passed: ``aborted``)."""
@@ -335,6 +336,9 @@ async def _record(
     scraper = await _first_scrape(run, client, parser, info)
     shaper = RequestShaper(on_warning=run.warn)
     workload = manifest.workload
+    if dataset is not None and not config.resume:
+        apply_dataset(workload, dataset, config)
+    _check_dataset(run, dataset)
     input_len = workload.input_len or config.input_len
     builder = PromptBuilder(
         input_len,
@@ -343,6 +347,10 @@ async def _record(
         shared_prefix=workload.unique_prefix is False,
         max_len=length_bounds(input_len, workload.input_len_range or 0)[1],
     )
+    source = PromptSource(
+        workload, manifest.target.endpoint, model, manifest.run_id, builder, counter, dataset,
+        output_given=dataset is not None and config.set_by_user("output_len"),
+    )  # fmt: skip
     run.save()
     run.progress.start(
         manifest.run_id,
@@ -351,7 +359,7 @@ async def _record(
     endpoint = manifest.target.endpoint
     sweep = _Sweep(
         run=run, client=streamer, api=api, model=model, builder=builder, shaper=shaper,
-        lag=LagMonitor(run.clock), endpoint=endpoint,
+        lag=LagMonitor(run.clock), endpoint=endpoint, source=source,
         url=f"{api}/chat/completions" if endpoint == "chat" else f"{api}/completions",
     )  # fmt: skip
     scrape_task = asyncio.create_task(scraper.run()) if scraper.urls else None
@@ -484,6 +492,13 @@ def _close_manifest(sweep: _Sweep) -> None:
     if builder.inexact:
         run.warn(
             f"{builder.inexact} prompts could not be built to exactly {builder.input_len} tokens"
+            if not workload.input_len_range
+            else f"{builder.inexact} prompts could not be built to exactly their own length"
+        )
+    if sweep.source is not None and sweep.source.inexact:
+        run.warn(
+            f"{sweep.source.inexact} replayed prompts could not be built to exactly their "
+            "input_length (words merging at a block boundary)"
         )
     _read_server_log(run)
     run.save()
@@ -556,7 +571,7 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
     for trace in run.earlier.get(key, []):
         stats.add(trace)
     resumed = level.status in ("interrupted", "running", "aborted") and level.start_ns is not None
-    specs = await _build_specs(run, sweep.builder, sweep.model, key, indices, warmup)
+    specs = await _build_specs(sweep, key, indices, warmup)
     level.status = "running"
     start_ns = run.now_ns()
     level.start_ns = level.start_ns if resumed and level.start_ns is not None else start_ns
@@ -642,7 +657,9 @@ async def _send_level(
             await _stream_level(sweep, streams, part, keep, sent.stamps)
 
     if not workload.open_loop:
-        if specs:
+        if workload.sessions:
+            await _closed_sessions(sweep, key, specs, keep, sent)
+        elif specs:
             await closed(key, specs)
     else:
         warm = [s for s in specs if s.phase == "warmup"]
@@ -677,7 +694,14 @@ async def _open_level(
     for spec, offset in zip(specs, resumed_offsets([s.offset_ns for s in specs]), strict=True):
         spec.scheduled_ns = start + offset
     specs.sort(key=lambda spec: spec.scheduled_ns or 0)
-    cap = run.manifest.workload.max_concurrency
+    workload = run.manifest.workload
+    cap = workload.max_concurrency
+    if workload.sessions:
+        sent.late_ns += await open_conversations(
+            conversations(specs), _session_send(sweep, keep, sent), clock=run.clock,
+            origin_ns=run.origin_ns, think_ms=workload.think_time_ms or 0.0, cap=cap,
+        )  # fmt: skip
+        return
     if pool is not None:
         _merge(
             sent,
@@ -693,6 +717,36 @@ async def _open_level(
     sent.late_ns += await send_on_schedule(
         specs, send, origin_ns=run.origin_ns, clock=run.clock, cap=cap
     )
+
+
+def _session_send(
+    sweep: _Sweep, keep: Callable[[RequestTrace], bool], sent: _Sent
+) -> Callable[[RequestSpec], Awaitable[tuple[RequestTrace, bool]]]:
+    async def send(spec: RequestSpec) -> tuple[RequestTrace, bool]:
+        trace = await _send_one(sweep, spec, sent.stamps)
+        return trace, keep(trace)
+
+    return send
+
+
+async def _closed_sessions(
+    sweep: _Sweep,
+    streams: int,
+    specs: list[RequestSpec],
+    keep: Callable[[RequestTrace], bool],
+    sent: _Sent,
+) -> None:
+    """A closed-loop level of conversations: the warm-up first, then C streams, each running
+    one conversation at a time."""
+    run = sweep.run
+    warm = [s for s in specs if s.phase == "warmup"]
+    if warm:
+        await _stream_level(sweep, streams, warm, keep, sent.stamps)
+    await closed_conversations(
+        conversations([s for s in specs if s.phase == "measured"]), streams,
+        _session_send(sweep, keep, sent), clock=run.clock, origin_ns=run.origin_ns,
+        think_ms=run.manifest.workload.think_time_ms or 0.0,
+    )  # fmt: skip
 
 
 async def _send_one(sweep: _Sweep, spec: RequestSpec, stamps: StampStats) -> RequestTrace:
@@ -745,27 +799,18 @@ def _warmup_count(workload: Workload, concurrency: int) -> int:
 
 
 async def _build_specs(
-    run: _Run, builder: PromptBuilder, model: str, key: int, indices: list[int], warmup: int
+    sweep: _Sweep, key: int, indices: list[int], warmup: int
 ) -> list[RequestSpec]:
     """All prompts of a level, built before it starts (no /tokenize traffic during it); a rate
     level's measured requests get their due times within the level (``offset_ns``)."""
-    workload = run.manifest.workload
+    source = sweep.source
+    assert source is not None
     gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
-    offsets = _level_offsets(workload, key, warmup)
+    offsets = source.offsets(key, warmup)
 
     async def one(index: int) -> RequestSpec:
-        asked_in, asked_out = asked_lengths(workload, key, index)
         async with gate:
-            prompt = await builder.build(key, index, target=asked_in)
-        body = completion_body(
-            model, prompt, endpoint=run.manifest.target.endpoint,
-            output_len=asked_out or workload.output_len or DEFAULT_OUTPUT_LEN,
-            ignore_eos=bool(workload.ignore_eos),
-        )  # fmt: skip
-        phase = "warmup" if index < warmup else "measured"
-        rid = request_id(key, index, open_loop=workload.open_loop)
-        spec = RequestSpec(rid, key, phase, body, header_id=f"{run.manifest.run_id}-{rid}")
-        spec.asked_input_tokens, spec.asked_output_tokens = asked_in, asked_out
+            spec = await source.spec(key, index, warmup)
         if offsets and index >= warmup:
             spec.offset_ns = offsets[index - warmup]
         return spec
@@ -778,15 +823,28 @@ async def _build_specs(
         ) from exc
 
 
-def _level_offsets(workload: Workload, key: int, warmup: int) -> list[int]:
-    """A rate level's due times (ns after its start) by measured index; [] in a closed loop."""
-    rate = workload.offered_rate(key)
-    if rate is None:
-        return []
-    count = workload.requests_per_level.get(str(key), 0)
-    arrival = workload.arrival or "poisson"
-    rng = arrival_rng(workload.seed or 0, key, rate)
-    return arrival_offsets(count, rate, arrival, workload.burstiness or 1.0, rng)
+def _check_dataset(run: _Run, dataset: Dataset | None) -> None:
+    """Refuse chat messages sent to /v1/completions; say what the file's loader skipped and
+    where the sweep needs more prompts than the file has (they repeat: prefix-cache hits)."""
+    if dataset is None:
+        return
+    workload = run.manifest.workload
+    if run.manifest.target.endpoint != "chat" and any(i.messages for i in dataset.items):
+        raise ConfigError(
+            f"--dataset {workload.dataset}: its requests carry chat 'messages', which "
+            "/v1/completions does not take; add --endpoint chat"
+        )
+    skipped = dataset.skipped_summary()
+    if skipped:
+        run.warn(skipped)
+    if dataset.kind == "mooncake":
+        return
+    total = PromptSource(workload, "", "", "", PromptBuilder(1)).planned_total()
+    if total > len(dataset.items):
+        run.warn(
+            f"--dataset {workload.dataset} has {len(dataset.items)} prompts and the sweep sends "
+            f"{total}: prompts repeat, and a repeated prompt may hit the server's prefix cache"
+        )
 
 
 def _self_check(

@@ -148,6 +148,10 @@ class ChunkReader:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     token_source: set[str] = field(default_factory=set)
+    # Multi-turn: the answer's text, kept for the next turn's history (only when asked: the
+    # hot path of every other request stays as it was).
+    keep_text: bool = False
+    text: list[str] = field(default_factory=list)
 
     def read(self, data: str) -> ChunkInfo:
         try:
@@ -190,12 +194,23 @@ class ChunkReader:
                 self._mode = "count"
             self.token_source.add(self._mode)
         self.seen_choice = True
+        if self.keep_text:
+            self._keep(choice)
         info.tokens = self._tokens(choice, usage)
         reason = choice.get("finish_reason")
         if reason:
             info.finish_reason = str(reason)
             self.finish_reason = str(reason)
         return info
+
+    def _keep(self, choice: dict[str, Any]) -> None:
+        if self.endpoint == "chat":
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else None
+        else:
+            piece = choice.get("text")
+        if isinstance(piece, str):
+            self.text.append(piece)
 
     def _tokens(self, choice: dict[str, Any], usage: Any) -> int:
         if self._mode == "ids":

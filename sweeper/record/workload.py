@@ -12,7 +12,6 @@ counter the prompt is one word per token, approximately, and the recorder says s
 
 from __future__ import annotations
 
-import math
 import random
 import re
 from collections.abc import Awaitable, Callable
@@ -215,36 +214,9 @@ class PromptBuilder:
 
 
 def length_bounds(center: int, ratio: float) -> tuple[int, int]:
-    """The integers of [L(1-R), L(1+R)], at least 1: ``--input-len-range`` / ``--output-len-range``."""
-    low = max(1, math.ceil(center * (1 - ratio)))
-    return low, max(low, math.floor(center * (1 + ratio)))
-
-
-def sampled_length(
-    center: int, ratio: float | None, seed: int, what: str, key: int, index: int
-) -> int | None:
-    """Request ``index``'s length, uniform in :func:`length_bounds`, a function of the seed, the
-    level and the index alone (a resumed level asks the same); None without a range."""
-    if not ratio:
-        return None
-    low, high = length_bounds(center, ratio)
-    return random.Random(f"sweeper-{what}-len-{seed}-{key}-{index}").randint(low, high)
-
-
-def asked_lengths(workload: Workload, key: int, index: int) -> tuple[int | None, int | None]:
-    """(prompt, output) tokens request ``index`` of level ``key`` asks for where lengths vary
-    per request (``--input-len-range`` / ``--output-len-range``); None: the workload's own."""
-    seed = workload.seed or 0
-    asked_in = asked_out = None
-    if workload.input_len is not None:
-        asked_in = sampled_length(
-            workload.input_len, workload.input_len_range, seed, "in", key, index
-        )
-    if workload.output_len is not None:
-        asked_out = sampled_length(
-            workload.output_len, workload.output_len_range, seed, "out", key, index
-        )
-    return asked_in, asked_out
+    """The lengths ``--input-len-range R`` draws from: [round(L(1-R)), round(L(1+R))], >= 1."""
+    low = max(1, round(center * (1 - ratio)))
+    return low, max(low, round(center * (1 + ratio)))
 
 
 async def fit_prompt(

@@ -25,7 +25,7 @@ from sweeper.testing.faults import BAD_USAGE, FAULT_HEADER, FaultPicker, Faults,
 from sweeper.testing.httpio import BadRequest, Connection, Request, read_request
 from sweeper.testing.timing import NS_PER_S, BatchingEngine, schedule_chunks
 from sweeper.testing.truth import EventKind, RequestTruth, TruthStore
-from sweeper.testing.vllm_metrics import EngineState, VllmMetrics
+from sweeper.testing.vllm_metrics import EngineState, PrefixCache, VllmMetrics
 
 REQUEST_ID_HEADER = "x-request-id"
 TOKEN_ID_SPACE = 32_000
@@ -72,16 +72,17 @@ def _message_text(messages: Any) -> str:
     return " ".join(texts)
 
 
-def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
+def _prompt_ids(body: dict[str, Any], chat: bool) -> list[int]:
+    """The toy tokenizer's ids of a request's prompt (chat: its messages' texts, no template)."""
     if chat:
-        return count_words(_message_text(body.get("messages")))
+        return token_ids(_message_text(body.get("messages")))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return count_words(prompt)
+        return token_ids(prompt)
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-        return len(prompt)
+        return list(prompt)
     raise BadRequest("'prompt' must be a string, a list of token ids, or a list of one of these")
 
 
@@ -99,6 +100,7 @@ class ScriptedServer:
         self._counter = 0
         self.port = self.config.port
         self.metrics = VllmMetrics(self.config, self._engine_state)
+        self.prefix_cache = PrefixCache(self.config.block_size, self.config.num_blocks)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -253,8 +255,8 @@ class ScriptedServer:
         self._counter += 1
         return f"{'chatcmpl' if chat else 'cmpl'}-{self._counter:08x}"
 
-    def _check_body(self, body: Any, chat: bool) -> tuple[int, int, int]:
-        """(prompt tokens, max tokens, tokens to produce) or BadRequest."""
+    def _check_body(self, body: Any, chat: bool) -> tuple[list[int], int, int]:
+        """(prompt token ids, max tokens, tokens to produce) or BadRequest."""
         config = self.config
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
@@ -266,7 +268,8 @@ class ScriptedServer:
             raise _NotFound(f"The model `{model}` does not exist.")
         if body.get("n", 1) != 1:
             raise BadRequest("the scripted server supports n=1 only")
-        prompt = _prompt_tokens(body, chat)
+        ids = _prompt_ids(body, chat)
+        prompt = len(ids)
         max_tokens = body.get("max_completion_tokens") if chat else None
         max_tokens = max_tokens if max_tokens is not None else body.get("max_tokens")
         if max_tokens is None:
@@ -284,7 +287,7 @@ class ScriptedServer:
         min_tokens = int(body.get("min_tokens") or 0)
         if config.natural_len is not None and not body.get("ignore_eos", False):
             produce = min(max_tokens, max(config.natural_len, min_tokens))
-        return prompt, max_tokens, produce
+        return ids, max_tokens, produce
 
     def _token_source(self, truth: RequestTruth, produce: int) -> AsyncGenerator[int, None]:
         if self._engine is not None:
@@ -311,7 +314,8 @@ class ScriptedServer:
         try:
             faults = self._faults.pick(request.headers.get(FAULT_HEADER))
             truth.faults = faults.spec
-            truth.prompt_tokens, truth.max_tokens, produce = self._check_body(body, chat)
+            ids, truth.max_tokens, produce = self._check_body(body, chat)
+            truth.prompt_tokens = len(ids)
         except (BadRequest, ConfigError, _Rejected, _NotFound) as exc:
             status = exc.status if isinstance(exc, _Rejected | _NotFound) else 400
             truth.status, truth.http_status = "rejected", status
@@ -340,14 +344,24 @@ class ScriptedServer:
             message = f"injected fault: HTTP {status}"
             truth.add_event("body", conn.send_json(status, error_body(status, message), headers))
             return
+        self._look_up_prefix(truth, ids)
         self._active.add(truth)
         try:
             if stream:
                 await _StreamWriter(self, conn, truth, body, chat, faults, id_header).run(produce)
             else:
                 await self._respond_whole(conn, truth, body, chat, produce, id_header, faults)
+            if self.config.prefix_caching and truth.status == "ok":
+                # The answer's blocks are cached too: the next turn of a conversation hits them.
+                self.prefix_cache.insert(ids + token_ids(self._text(0, truth.completion_tokens)))
         finally:
             self._active.discard(truth)
+
+    def _look_up_prefix(self, truth: RequestTruth, ids: list[int]) -> None:
+        self.metrics.prefix_queries += len(ids)
+        if self.config.prefix_caching:
+            truth.cached_tokens = self.prefix_cache.lookup(ids)
+            self.metrics.prefix_hits += truth.cached_tokens
 
     def _observe_finished(self, truth: RequestTruth) -> None:
         metrics = self.metrics

@@ -100,6 +100,10 @@ class ScriptedServerConfig:
     engine_label: str = "0"
     # /metrics also carries gauges valued NaN and +Inf (faults.py says which), as real pages can
     metrics_nonfinite: bool = False
+    # vLLM's automatic prefix caching, as counted: a prompt's leading blocks (block_size toy
+    # tokens each) that an earlier prompt or answer filled are hits; the LRU cache holds
+    # num_blocks blocks. Off: every query misses (the counters are on /metrics either way).
+    prefix_caching: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -50,7 +50,10 @@ request (``faults=(FaultRule("http_500", probability=0.1),)``; CLI ``--fault 0.1
 ``--fault 1/10:cut=3``). Names: reset, close, http=CODE / http_500 / http_429 / http_400,
 retry_after=S, delay=MS, cut=N, malformed=N, error=N, stall=MS[@N], no_done, no_usage, comments,
 split[=SEED], echo_auth, usage=nan|inf|many, timings_inf; see :mod:`sweeper.testing.faults`.
-``metrics_nonfinite=True`` (``--metrics-nonfinite``): /metrics carries NaN and +Inf gauges. Connection refused: :func:`closed_port_url`.
+``metrics_nonfinite=True`` (``--metrics-nonfinite``): /metrics carries NaN and +Inf gauges.
+``prefix_caching=True`` (``--prefix-caching``): ``vllm:prefix_cache_queries_total`` /
+``vllm:prefix_cache_hits_total`` count, in tokens, the leading blocks of each prompt that an
+earlier prompt or answer filled (truth ``cached_tokens``), as vLLM's automatic prefix caching. Connection refused: :func:`closed_port_url`.
 ``reject_params=("ignore_eos", "min_tokens")`` answers HTTP 400 (``reject_status``) naming them.
 
 Timing models (:mod:`sweeper.testing.config`): ``schedule`` (first token ``ttft_ms`` after arrival,
@@ -421,6 +424,12 @@ _D = ScriptedServerConfig()
     default=_D.metrics_nonfinite,
     show_default=True,
     help="/metrics carries NaN and +Inf gauges.",
+)
+@click.option(
+    "--prefix-caching/--no-prefix-caching",
+    default=_D.prefix_caching,
+    show_default=True,
+    help="Count prefix-cache hits (leading blocks an earlier prompt or answer filled).",
 )
 @click.option(
     "--loop",

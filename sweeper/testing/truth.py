@@ -38,6 +38,7 @@ class RequestTruth:
     first_token_ns: int | None = None
     finished_ns: int | None = None
     preemptions: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache held (prefix_caching)
     # the nominal time of each content chunk in schedule mode (monotonic ns)
     due_ns: list[int] = field(default_factory=list)
     event_kind: list[str] = field(default_factory=list)

@@ -10,6 +10,7 @@ metric objects cost, measured); a custom collector turns them into families at s
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -99,6 +100,8 @@ class VllmMetrics:
         self._labels = [config.engine_label, config.model]
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_hits = 0  # of them, found
         self.finished: dict[str, int] = {}
         self.queue_time = Histogram(
             "vllm:request_queue_time_seconds", "Time in WAITING", REQUEST_LATENCY_BUCKETS_S
@@ -142,6 +145,8 @@ class VllmMetrics:
             ("vllm:num_preemptions", "Preemptions", state.preemptions),
             ("vllm:prompt_tokens", "Prefill tokens processed", self.prompt_tokens),
             ("vllm:generation_tokens", "Tokens generated", self.generation_tokens),
+            ("vllm:prefix_cache_queries", "Prefix cache queries, in tokens", self.prefix_queries),
+            ("vllm:prefix_cache_hits", "Prefix cache hits, in tokens", self.prefix_hits),
         ):
             counter = CounterMetricFamily(name, doc, labels=LABELS)
             counter.add_metric(labels, value)
@@ -176,7 +181,7 @@ class VllmMetrics:
         info = {
             "block_size": str(config.block_size),
             "cache_dtype": "auto",
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(config.prefix_caching),
             "gpu_memory_utilization": "0.9",
             "kv_cache_max_concurrency": f"{config.kv_capacity_tokens / config.max_model_len:.2f}",
             "kv_cache_size_tokens": str(config.num_blocks * config.block_size),
@@ -191,3 +196,38 @@ class VllmMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class PrefixCache:
+    """Blocks of token ids, each named by a hash of itself and every block before it (vLLM's
+    scheme: a block is reused only under the same prefix), kept least recently used first."""
+
+    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+        self.block_size = block_size
+        self.capacity = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def _hashes(self, ids: list[int]) -> list[int]:
+        out: list[int] = []
+        previous = 0
+        for start in range(0, len(ids) - self.block_size + 1, self.block_size):
+            previous = hash((previous, tuple(ids[start : start + self.block_size])))
+            out.append(previous)
+        return out
+
+    def lookup(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` in leading blocks already cached."""
+        hits = 0
+        for block in self._hashes(ids):
+            if block not in self._blocks:
+                break
+            self._blocks.move_to_end(block)
+            hits += self.block_size
+        return hits
+
+    def insert(self, ids: list[int]) -> None:
+        for block in self._hashes(ids):
+            self._blocks[block] = None
+            self._blocks.move_to_end(block)
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
