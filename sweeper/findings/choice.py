@@ -28,6 +28,7 @@ from sweeper.findings._words import (
     unknown,
 )
 from sweeper.findings.frames import RunFrames, single_stream
+from sweeper.findings.goodput import level_goodput, usable_terms
 from sweeper.findings.model import SLO, Finding, parse_slos, slo_label
 from sweeper.findings.scaling import tail_levels
 from sweeper.i18n import N_
@@ -89,6 +90,7 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
     _next_level_words(text, numbers, data, th, use, c, tput)
     if slos:
         text.add(N_("Service level: {slo}."), slo=slo_words(use))
+        _goodput_words(text, numbers, data, use, c)
     else:
         text.add(
             N_("Service level: {slo} (the default; give --slo for your own)."), slo=slo_words(use)
@@ -101,6 +103,24 @@ def recommended(data: RunFrames, th: Thresholds, slos: Sequence[SLO] | None) -> 
         text=text.render(),
         data=uses,
         missing=[f"{s.label} (no such data)" for s in dropped],
+    )
+
+
+def _goodput_words(
+    text: Text, numbers: dict[str, Any], data: RunFrames, use: Sequence[SLO], c: int
+) -> None:
+    """With the user's --slo, the goodput of each level beside the choice by percentiles: the
+    completed requests per second that met every term, each request judged on its own."""
+    goodput = level_goodput(data, usable_terms(data, use)[0])
+    if c not in goodput or not finite(goodput[c].rps):
+        return
+    numbers["goodput_rps"] = {str(k): num(g.rps, 4) for k, g in goodput.items()}
+    numbers["slo_met_share"] = {str(k): num(g.share, 4) for k, g in goodput.items()}
+    text.add(
+        N_("Judged per request, {share} of the requests at C={c} met it: {good} req/s of goodput."),
+        share=Pct(goodput[c].share, 0),
+        c=c,
+        good=Num(goodput[c].rps, 2),
     )
 
 

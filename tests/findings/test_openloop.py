@@ -145,3 +145,19 @@ def test_a_rate_run_without_in_flight_counts_invents_none(tmp_path: Path) -> Non
             assert "C=" not in f.text[lang], (f.id, f.text[lang])
     assert "occupancy is unknown" in finding(found, "kv_ceiling").text["en"]
     assert finding(found, "knee").numbers["saturation_level"] is not None
+
+
+def test_a_closed_loop_with_an_slo_adds_goodput_beside_its_choice(tmp_path: Path) -> None:
+    from sweeper.findings import parse_slos
+    from sweeper.testing.factories import SyntheticLevel, write_synthetic_run
+
+    levels = [SyntheticLevel(1, 40, 10), SyntheticLevel(4, 80, 12), SyntheticLevel(8, 200, 15)]
+    ts = load_trace_set(write_synthetic_run(tmp_path, "closed", levels))
+    slos = parse_slos("ttft_p99<=150ms,itl_p50<=20ms")
+    rec = finding(analyze_run(ts, slos=slos), "recommended")
+    assert rec.numbers["concurrency"] == 4  # still chosen by the levels' percentiles
+    assert rec.numbers["slo_met_share"] == {"1": 1.0, "4": 1.0, "8": 0.0}
+    assert rec.numbers["goodput_rps"]["4"] > rec.numbers["goodput_rps"]["1"] > 0
+    assert "100% of the requests at C=4 met it" in rec.text["en"]
+    # without --slo a closed loop says what it said before
+    assert "goodput" not in finding(analyze_run(ts), "recommended").text["en"]
