@@ -818,8 +818,12 @@ def chart_request_timeline(
 
 def _compare_frame(levels_by_run: pd.DataFrame, columns: Sequence[str], chart: str) -> pd.DataFrame:
     _need(levels_by_run, ["run", "concurrency", *columns], chart)
+    # A rate sweep among the runs: its levels are named (``level_label``), not numbered.
+    named = [RATE_LABEL] if RATE_LABEL in levels_by_run.columns else []
     frame = (
-        levels_by_run[["run", "concurrency", *columns]].dropna().sort_values(["run", "concurrency"])
+        levels_by_run[["run", "concurrency", *named, *columns]]
+        .dropna()
+        .sort_values(["run", "concurrency"])
     )
     if frame.empty:
         raise ValueError(f"{chart}: no run has the numbers to draw")
@@ -841,7 +845,9 @@ def _compare_curves(
             order="concurrency:Q",
             tooltip=[
                 alt.Tooltip("run:N", title=lab["run"]),
-                alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
+                alt.Tooltip(f"{RATE_LABEL}:N", title=lab["concurrency"])
+                if RATE_LABEL in frame.columns
+                else alt.Tooltip("concurrency:Q", title=lab["concurrency"]),
                 alt.Tooltip(f"{x}:Q", format=",.1f"),
                 alt.Tooltip(f"{y}:Q", format=",.1f"),
             ],

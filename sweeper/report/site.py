@@ -396,9 +396,22 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return table([html.escape(h) for h in header], rows, numeric=False)
 
 
-def compare_frame(runs: list[RunReport]) -> pd.DataFrame:
-    """The per-level frames of several runs stacked, with a ``run`` column naming each."""
+def compare_frame(runs: list[RunReport], lang: str | None = None) -> pd.DataFrame:
+    """The per-level frames of several runs stacked, with a ``run`` column naming each; where a
+    run is a rate sweep (and ``lang`` is given), a ``level_label`` column names every level
+    (``C=8``, ``4 req/s``) for the tooltips."""
     frames = [run.levels.assign(run=run.run_id) for run in runs if not run.levels.empty]
+    if lang is not None and any(level_rates(run.ts.manifest) for run in runs):
+        frames = [
+            frame.assign(
+                level_label=[level_name(int(c), rates, lang) for c in frame["concurrency"]]
+            )
+            for frame, rates in (
+                (run.levels.assign(run=run.run_id), level_rates(run.ts.manifest))
+                for run in runs
+                if not run.levels.empty
+            )
+        ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -441,16 +454,21 @@ def render_comparison(model: str, runs: list[RunReport], lang: str) -> str:
             rows,
         )
     )
-    frame = compare_frame(runs)
+    frame = compare_frame(runs, lang)
+    point = (
+        tr(lang, "One curve per run; a point per level. Lower and further right is better.")
+        if "level_label" in frame.columns
+        else tr(
+            lang,
+            "One curve per run; a point per concurrency level. Lower and further right is better.",
+        )
+    )
     figures = [
         (
             "compare_latency",
             charts.chart_compare_latency,
             tr(lang, "Throughput against p99 TTFT"),
-            tr(
-                lang,
-                "One curve per run; a point per concurrency level. Lower and further right is better.",
-            ),
+            point,
         ),
         (
             "compare_per_gpu",

@@ -145,3 +145,18 @@ def test_the_runs_index_names_a_rate_run_by_its_rates(tmp_path: Path) -> None:
     row = next(line for line in index.splitlines() if "rate&#45;sat" in line)
     assert "(all at once)" in row and "| 8 req/s |" in row and "C=" not in row
     assert "8 请求/秒" in pages["runs/index.zh.md"]
+
+
+def test_a_comparison_with_a_rate_run_names_its_levels(tmp_path: Path) -> None:
+    from sweeper.report.site import generate_pages
+
+    write_rate_run(tmp_path, "rate-sat", RATES)
+    write_session_run(tmp_path, "turns")
+    pages = generate_pages(tmp_path)
+    compare = next(
+        v for k, v in pages.items() if k.startswith("compare/") and k.endswith("index.md")
+    )
+    assert "a point per level" in compare
+    data = json.dumps(_specs(compare), ensure_ascii=False)
+    assert '"level_label": "8 req/s"' in data
+    assert "C=" not in data
