@@ -128,6 +128,7 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
         "y": N_("Request (in send order)"),
         "wait": N_("Waiting for the first token"),
         "decode": N_("Decode"),
+        "queue": N_("Waiting in the client (scheduled to sent)"),
         "first_token": N_("First token"),
         "part": N_("Part"),
     },
@@ -732,6 +733,45 @@ def chart_ttft_by_turn(turns: pd.DataFrame, labels: Mapping[str, str] | None = N
     return _finish(chart)
 
 
+def _timeline_parts(level: pd.DataFrame, lab: Mapping[str, str]) -> tuple[pd.DataFrame, Any]:
+    """Each request's parts as bars (from, to, part): waiting for the first token, decoding, and
+    in an open loop first the wait in the client's queue (scheduled to sent) where there was one;
+    and each request's first-token time."""
+    scheduled = (
+        pd.to_numeric(level["scheduled_s"], errors="coerce")
+        if "scheduled_s" in level.columns
+        else None
+    )
+    queued = scheduled is not None and bool((level["send_s"] - scheduled > 1e-6).any())
+    origin = (
+        float(scheduled.min()) if queued and scheduled is not None else float(level["send_s"].min())
+    )
+    start = level["send_s"] - origin
+    first = start + level["ttft_ms"] / 1000.0
+    end = start + level["e2el_ms"] / 1000.0
+    order = np.arange(1, len(level) + 1)
+    spans = [(start, first, lab["wait"], 0), (first, end, lab["decode"], 1)]
+    if queued and scheduled is not None:
+        spans.insert(0, (scheduled - origin, start, lab["queue"], -1))
+    parts = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "request": order,
+                    "request_id": level["request_id"].to_numpy(),
+                    "from_s": a.to_numpy(),
+                    "to_s": b.to_numpy(),
+                    "part": part,
+                    "stack": stack,
+                }
+            )
+            for a, b, part, stack in spans
+        ],
+        ignore_index=True,
+    )
+    return parts, first.to_numpy()
+
+
 def chart_request_timeline(
     requests: pd.DataFrame,
     concurrency: int,
@@ -740,7 +780,9 @@ def chart_request_timeline(
     max_requests: int = TIMELINE_MAX_REQUESTS,
 ) -> alt.LayerChart:
     """Each request of one level as a bar from its send time: waiting for the first token, then
-    decoding; a tick marks the first token. ``requests`` is :func:`sweeper.analysis.frames.request_frame`."""
+    decoding; a tick marks the first token. In an open loop where requests waited in the client
+    (sent after their scheduled time), each bar starts at its scheduled time with that wait.
+    ``requests`` is :func:`sweeper.analysis.frames.request_frame`."""
     lab = _labels("request_timeline", labels)
     _need(
         requests,
@@ -751,36 +793,12 @@ def chart_request_timeline(
     level = level.dropna(subset=["ttft_ms", "e2el_ms"]).sort_values("send_s").head(max_requests)
     if level.empty:
         raise ValueError(f"request_timeline: no successful request at concurrency {concurrency}")
-    origin = float(level["send_s"].min())
-    start = level["send_s"] - origin
-    first = start + level["ttft_ms"] / 1000.0
-    end = start + level["e2el_ms"] / 1000.0
+    parts, first = _timeline_parts(level, lab)
     order = np.arange(1, len(level) + 1)
-    parts = pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "request": order,
-                    "request_id": level["request_id"].to_numpy(),
-                    "from_s": start.to_numpy(),
-                    "to_s": first.to_numpy(),
-                    "part": lab["wait"],
-                    "stack": 0,
-                }
-            ),
-            pd.DataFrame(
-                {
-                    "request": order,
-                    "request_id": level["request_id"].to_numpy(),
-                    "from_s": first.to_numpy(),
-                    "to_s": end.to_numpy(),
-                    "part": lab["decode"],
-                    "stack": 1,
-                }
-            ),
-        ],
-        ignore_index=True,
-    )
+    domain = [lab["wait"], lab["decode"]]
+    colours = [_ORANGE, _BLUE]
+    if lab["queue"] in set(parts["part"]):
+        domain, colours = [lab["queue"], *domain], [_GREY, *colours]
     height = max(CHART_HEIGHT_PX, min(6 * len(level), 600))
     y = alt.Y("request:O", title=lab["y"], axis=alt.Axis(labels=False, ticks=False))
     bars = (
@@ -793,7 +811,7 @@ def chart_request_timeline(
             color=alt.Color(
                 "part:N",
                 title=lab["part"],
-                scale=alt.Scale(domain=[lab["wait"], lab["decode"]], range=[_ORANGE, _BLUE]),
+                scale=alt.Scale(domain=domain, range=colours),
             ),
             tooltip=[
                 alt.Tooltip("request_id:N"),
@@ -805,7 +823,7 @@ def chart_request_timeline(
         .properties(width=CHART_WIDTH_PX, height=height)
     )
     ticks = (
-        alt.Chart(pd.DataFrame({"request": order, "first_token_s": first.to_numpy()}))
+        alt.Chart(pd.DataFrame({"request": order, "first_token_s": first}))
         .mark_tick(color="#222", thickness=1.5)
         .encode(
             x="first_token_s:Q",

@@ -611,7 +611,23 @@ def _timeline_section(page: _Page) -> None:
             "The first {shown} requests of the level in send order: waiting for the first token, then "
             "decoding; the tick marks the first token.",
             shown,
-        ).format(shown=shown),
+        ).format(shown=shown)
+        + _queue_note(page, level),
+    )
+
+
+def _queue_note(page: _Page, level: int) -> str:
+    """In an open loop whose requests waited in the client: what the grey part of a bar is."""
+    queue = page.run.requests.get("client_queue_ms")
+    if queue is None:
+        return ""
+    at = page.run.requests["concurrency"] == level
+    if not (pd.to_numeric(queue[at], errors="coerce") > 1e-3).any():
+        return ""
+    return " " + tr(
+        page.lang,
+        "Grey: the wait in the client, from when the schedule said to send to when the request "
+        "was sent.",
     )
 
 

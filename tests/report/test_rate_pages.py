@@ -160,3 +160,20 @@ def test_a_comparison_with_a_rate_run_names_its_levels(tmp_path: Path) -> None:
     data = json.dumps(_specs(compare), ensure_ascii=False)
     assert '"level_label": "8 req/s"' in data
     assert "C=" not in data
+
+
+def test_the_timeline_of_a_capped_rate_level_shows_the_client_queue(tmp_path: Path) -> None:
+    from sweeper.report import charts
+
+    path = write_rate_run(tmp_path, "capped", [16.0, 32.0], client_cap=4)
+    run = collect_run(load_trace_set(path))
+    spec = charts.chart_request_timeline(run.requests, 2).to_dict()
+    parts = {r["part"] for rows in spec["datasets"].values() for r in rows if "part" in r}
+    assert "Waiting in the client (scheduled to sent)" in parts
+    assert "Grey: the wait in the client" in render_run_page(run, "en")
+    # a level sent on schedule has no such part, and its page no such note
+    calm_run = collect_run(load_trace_set(write_rate_run(tmp_path, "calm", [2.0], client_cap=4)))
+    calm = charts.chart_request_timeline(calm_run.requests, 1).to_dict()
+    calm_parts = {r["part"] for rows in calm["datasets"].values() for r in rows if "part" in r}
+    assert calm_parts == {"Waiting for the first token", "Decode"}
+    assert "Grey: the wait" not in render_run_page(calm_run, "en")
