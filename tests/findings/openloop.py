@@ -46,6 +46,8 @@ class ToyServer:
     output_len: int = 32
     input_len: int = 256
     later_turn_ttft_ms: float | None = None
+    stall_every: int = 0  # a gap of stall_ms every N tokens once a request waited for a slot
+    stall_ms: float = 0.0
 
     @property
     def service_s(self) -> float:
@@ -71,9 +73,14 @@ def _one(
     first = server.ttft_ms
     if turn is not None and turn > 1 and server.later_turn_ttft_ms is not None:
         first = server.later_turn_ttft_ms
-    offsets = [
-        (start - send) + first / 1e3 + k * server.itl_ms / 1e3 for k in range(server.output_len)
-    ]
+    gaps = [server.itl_ms] * (server.output_len - 1)
+    if server.stall_every and start - send > 1e-6:  # a loaded server: long prefills stall it
+        gaps = [
+            server.stall_ms if (k + 1) % server.stall_every == 0 else g for k, g in enumerate(gaps)
+        ]
+    offsets = [(start - send) + first / 1e3]
+    for g in gaps:
+        offsets.append(offsets[-1] + g / 1e3)
     chunk_ns = [round(o * NS) for o in offsets]
     trace = RequestTrace(
         concurrency=key,

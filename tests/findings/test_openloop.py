@@ -161,3 +161,15 @@ def test_a_closed_loop_with_an_slo_adds_goodput_beside_its_choice(tmp_path: Path
     assert "100% of the requests at C=4 met it" in rec.text["en"]
     # without --slo a closed loop says what it said before
     assert "goodput" not in finding(analyze_run(ts), "recommended").text["en"]
+
+
+def test_the_tail_of_a_rate_sweep_is_read_per_rate(tmp_path: Path) -> None:
+    server = ToyServer(stall_every=8, stall_ms=120.0)  # stalls once requests queue
+    found = analyze_run(load_trace_set(write_rate_run(tmp_path, "tail", SATURATING, server=server)))
+    tail = finding(found, "itl_tail")
+    assert tail.numbers["opens_at"] == 4  # 16 req/s, where requests start to queue
+    assert tail.text["en"].startswith("The ITL tail opens at 16 req/s")
+    cause = finding(found, "tail_cause")
+    assert cause.severity != "unknown" or cause.missing  # a verdict, or what it lacks
+    for f in (tail, cause):
+        assert "C=" not in f.text["en"] and "C=" not in f.text["zh"]
