@@ -186,7 +186,6 @@ def study_run_command(**options: Any) -> None:
     """
     ctx = click.get_current_context()
     study = {k: options.pop(k) for k in list(options) if k not in {p.name for p in RECORD_PARAMS}}
-    quiet = options.pop("quiet")
     file = read_study_file(study["study_file"]) if study["study_file"] else {}
     out = options["out"]
     stored: dict[str, Any] = {}
@@ -194,6 +193,8 @@ def study_run_command(**options: Any) -> None:
     if study["resume_study"] and (folder / "study.json").exists():
         stored = read_study(folder).record_options
     options, given = _record_options(ctx, options, {**stored, **file.get("record", {})})
+    quiet = options.pop("quiet")
+    given.discard("quiet")
     plan = _plan(study, file, options, given)
     check_writable_folder(plan.record.out)
     try:

@@ -10,11 +10,12 @@ of its flags, grouped under one study manifest, compared side by side.
 - :mod:`~sweeper.study.search`: ``--find-max``, bisecting for the highest level meeting an SLO;
 - :mod:`~sweeper.study.stats`: means and 95% t-intervals across repeats;
 - :mod:`~sweeper.study.summary`: :func:`summarize_study`, the JSON of ``sweeper study summary``;
-- :mod:`~sweeper.study.page`: the study page (Markdown, en + zh).
+- :mod:`~sweeper.study.page`: :func:`render_study_page`, the study page (Markdown, en + zh).
 """
 
 from sweeper.study.configs import expand_configurations, read_study_file
 from sweeper.study.model import StudyManifest, read_study, study_folder
+from sweeper.study.page import render_study_page
 from sweeper.study.runner import StudyPlan, run_study
 from sweeper.study.search import DEFAULT_TOLERANCE
 from sweeper.study.summary import render_study_summary, study_csv, summarize_study
@@ -26,6 +27,7 @@ __all__ = [
     "expand_configurations",
     "read_study",
     "read_study_file",
+    "render_study_page",
     "render_study_summary",
     "run_study",
     "study_csv",

@@ -91,10 +91,9 @@ def run_ids(study_id: str, configurations: Sequence[str]) -> list[str]:
     for index, flags in enumerate(configurations, start=1):
         slug = flags_slug(flags)[: max(room, 0)].rstrip("-._")
         base = f"{study_id}-{slug}" if slug else f"{study_id}-c{index}"
-        candidate = base
+        candidate, n = base, 2
         while candidate in out:
-            candidate = f"{base}-{index}"
-            index += 1
+            candidate, n = f"{base}-{n}", n + 1
         out.append(candidate)
     return out
 

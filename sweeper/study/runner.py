@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweeper.analysis.slo import SLO, slo_label
+from sweeper.analysis.slo import SLO, parse_slos, slo_label
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
 from sweeper.record import RecordConfig, RequestCount, record_sweep
 from sweeper.record.progress import NullProgress, Progress
@@ -170,6 +170,9 @@ def _open_manifest(plan: StudyPlan, folder: Path) -> StudyManifest:
         manifest.repeats = max(manifest.repeats, plan.repeats)
     if plan.find_max:
         manifest.find_max = {"slo": slo_label(plan.find_max), "tolerance": plan.tolerance}
+    elif manifest.find_max:  # resumed without --find-max: the study's own search goes on
+        plan.find_max = parse_slos(manifest.find_max["slo"])
+        plan.tolerance = float(manifest.find_max["tolerance"])
     known = [c.flags for c in manifest.configurations]
     wanted = known + [flags for flags in plan.configurations if flags not in known]
     bases = run_ids(plan.study_id, wanted)
@@ -234,6 +237,10 @@ def _run_configuration(
     say(f"{configuration.run_id}: starting the server ({configuration.flags or 'no flags'})")
     try:
         server.start()
+    except KeyboardInterrupt:
+        configuration.status = "incomplete"
+        ctx.save()
+        raise
     except ServerStartError as exc:
         configuration.status = "failed"
         configuration.error = f"{exc}\n{exc.log_tail}".strip()

@@ -29,7 +29,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,11 +95,18 @@ def server_command(template: str, port: int, flags: str) -> tuple[list[str], dic
     return words, env
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the study process dies (however it dies)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """In the child, before exec: SIGTERM when the study process dies (however it dies); and if
+    it died already, between the fork and this call, exit at once."""
+
+    def arm() -> None:
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -138,7 +145,7 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     env={**os.environ, **self.env},
                     start_new_session=True,  # its own process group: stopped as one
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=_die_with_parent(os.getpid()),
                 )
             except OSError as exc:
                 message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"

@@ -135,3 +135,18 @@ def test_study_file(tmp_path: Path) -> None:
     path.write_text("servers: x\n")
     with pytest.raises(ConfigError, match="unknown key"):
         read_study_file(path)
+
+
+def test_a_study_file_gives_the_template_configs_and_record_options(tmp_path: Path) -> None:
+    path = tmp_path / "study.yaml"
+    path.write_text(
+        f"serve: {TEMPLATE}\ngrid:\n  max-num-seqs: [2]\n"
+        "record:\n  concurrency: '1'\n  requests-per-level: 8\n  input-len: 12\n  output-len: 4\n"
+        "  warmup: 0\n  quiet: true\n"
+    )
+    result = invoke(["study", "run", "f", "--study-file", str(path), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(tmp_path / "f-max-num-seqs-2")
+    assert manifest.workload.input_len == 12 and manifest.workload.concurrency_levels == [1]
+    stored = read_json(tmp_path / "f" / "study.json")["record_options"]
+    assert stored["input_len"] == 12 and stored["requests_per_level"] == "8"

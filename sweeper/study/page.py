@@ -1,0 +1,226 @@
+"""The study page: one Markdown page per study and language, from :func:`summarize_study`'s
+JSON: the configurations side by side (each level's throughput and latencies), the best
+configuration and level per SLO, the Pareto frontiers, the ``--find-max`` limits and the
+differences inside the noise.
+
+:func:`render_study_page` is pure (summary in, Markdown out); the site decides where the page
+goes and how a run id links to its run page (``run_link``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from sweeper.i18n import check_language, fmt_number
+
+_WORDS = {
+    "en": {
+        "title": "Study {id}",
+        "intro": "The same sweep against a server started once per configuration of its flags. "
+        "Server command: `{template}`.",
+        "configs": "Configurations",
+        "flags": "flags",
+        "status": "status",
+        "run": "run",
+        "error": "error",
+        "levels": "Side by side",
+        "level": "level",
+        "repeats": "repeats",
+        "out": "output tok/s",
+        "gpu": "tok/s per GPU",
+        "user": "tok/s per user",
+        "ttft": "p99 TTFT ms",
+        "itl50": "p50 ITL ms",
+        "itl99": "p99 ITL ms",
+        "best": "Best per service level",
+        "best_intro": "For each service level, the configuration and level with the most "
+        "goodput (requests/s meeting it) among the levels that meet it.",
+        "slo": "service level",
+        "goodput": "goodput req/s",
+        "none": "no level meets it",
+        "pareto": "Pareto frontier",
+        "pareto_ttft": "Output tok/s per GPU against p99 TTFT (no other point is both faster to "
+        "the first token and higher in throughput): {points}.",
+        "pareto_user": "Output tok/s per GPU against tok/s per user (1000 / mean TPOT): {points}.",
+        "find_max": "Highest level meeting {slo}",
+        "find_line": "`{flags}`: meets at {meets}, fails at {fails}{open}.",
+        "find_open": " (search unfinished)",
+        "noise": "Inside the noise",
+        "noise_intro": "Means over the repeats with their 95% Student t-interval; these "
+        "differences are within it (Welch's interval of the difference holds 0):",
+        "no_flags": "(no flags)",
+        "interval_note": "With repeats: the mean and, in brackets, its 95% Student t-interval "
+        "across the repeats (each repeat one sample).",
+    },
+    "zh": {
+        "title": "对比实验 {id}",
+        "intro": "同一组压测，每种服务器参数配置各启动一次服务器后分别录制。服务器命令：`{template}`。",
+        "configs": "配置",
+        "flags": "参数",
+        "status": "状态",
+        "run": "运行",
+        "error": "错误",
+        "levels": "并列对比",
+        "level": "档位",
+        "repeats": "重复次数",
+        "out": "输出 tok/s",
+        "gpu": "每 GPU tok/s",
+        "user": "每用户 tok/s",
+        "ttft": "p99 TTFT 毫秒",
+        "itl50": "p50 ITL 毫秒",
+        "itl99": "p99 ITL 毫秒",
+        "best": "各服务等级的最佳选择",
+        "best_intro": "对每个服务等级，在满足它的档位中选出 goodput（每秒满足该等级的请求数）最高的配置和档位。",
+        "slo": "服务等级",
+        "goodput": "goodput 请求/秒",
+        "none": "没有档位满足",
+        "pareto": "帕累托前沿",
+        "pareto_ttft": "每 GPU 输出 tok/s 对 p99 TTFT（没有其他点首 token 更快且吞吐更高）：{points}。",
+        "pareto_user": "每 GPU 输出 tok/s 对每用户 tok/s（1000 / 平均 TPOT）：{points}。",
+        "find_max": "满足 {slo} 的最高档位",
+        "find_line": "`{flags}`：{meets} 满足，{fails} 不满足{open}。",
+        "find_open": "（搜索未完成）",
+        "noise": "在噪声范围内的差异",
+        "noise_intro": "数值为各次重复的均值及其 95% Student t 区间；以下差异落在区间之内"
+        "（Welch 差值区间包含 0），无法区分：",
+        "no_flags": "（无参数）",
+        "interval_note": "有重复时：数值为各次重复的均值，方括号内为跨重复的 95% Student t 区间（每次重复算一个样本）。",
+    },
+}
+_STATUS_ZH = {"complete": "完成", "failed": "失败", "incomplete": "未完成", "pending": "未开始",
+              "running": "进行中"}  # fmt: skip
+
+
+def _level(point: dict[str, Any], lang: str) -> str:
+    if point.get("concurrency") is not None:
+        return f"C={point['concurrency']}"
+    rate = point.get("request_rate")
+    if rate == "inf":
+        return "全部同时发送" if lang == "zh" else "all at once"
+    return f"{fmt_number(float(rate or 0), lang, 2)} " + ("请求/秒" if lang == "zh" else "req/s")
+
+
+def _num(value: Any, lang: str, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return fmt_number(float(value), lang, digits)
+
+
+def _flags(flags: str, w: dict[str, str]) -> str:
+    return f"`{flags}`" if flags else w["no_flags"]
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def render_study_page(
+    summary: dict[str, Any], lang: str = "en", *, run_link: Callable[[str], str] | None = None
+) -> str:
+    """The study page in ``lang`` (``en`` / ``zh``) as Markdown."""
+    lang = check_language(lang)
+    w = _WORDS[lang]
+    link = run_link or (lambda run_id: "")
+
+    def run_cell(run_id: str) -> str:
+        target = link(run_id)
+        return f"[{run_id}]({target})" if target else f"`{run_id}`"
+
+    out = [f"# {w['title'].format(id=summary['study_id'])}", ""]
+    out += [w["intro"].format(template=summary["template"]), ""]
+    out += [f"## {w['configs']}", ""]
+    rows = []
+    for config in summary["configs"]:
+        status = (
+            _STATUS_ZH.get(config["status"], config["status"]) if lang == "zh" else config["status"]
+        )
+        error = (config["error"] or "").splitlines()[0] if config["error"] else ""
+        rows.append([_flags(config["flags"], w), status, run_cell(config["run_id"]), error])
+    out += _table([w["flags"], w["status"], w["run"], w["error"]], rows)
+    out += _side_by_side(summary, lang, w)
+    out += _best_section(summary, lang, w)
+    out += _pareto_section(summary, lang, w)
+    out += _find_max_section(summary, lang, w)
+    if summary["indistinguishable"]:
+        out += [f"## {w['noise']}", "", w["noise_intro"], ""]
+        out += [f"- {pair['text']}" for pair in summary["indistinguishable"]] + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _with_interval(value: Any, interval: dict[str, Any] | None, lang: str, digits: int) -> str:
+    """``12.3`` or, across repeats, ``12.3 [11.0, 13.6]`` (the 95% t-interval)."""
+    text = _num(value, lang, digits)
+    if interval and interval.get("low") is not None:
+        low, high = _num(interval["low"], lang, digits), _num(interval["high"], lang, digits)
+        text += f" [{low}, {high}]"
+    return text
+
+
+def _side_by_side(summary: dict[str, Any], lang: str, w: dict[str, str]) -> list[str]:
+    headers = [w["flags"], w["level"], w["repeats"], w["out"], w["gpu"], w["user"],
+               w["ttft"], w["itl50"], w["itl99"]]  # fmt: skip
+    intervals = {
+        (c["flags"], iv.get("concurrency"), iv.get("request_rate")): iv
+        for c in summary["configs"]
+        for iv in c.get("intervals", [])
+    }
+    rows = []
+    for p in summary["points"]:
+        iv = intervals.get((p["flags"], p.get("concurrency"), p.get("request_rate"))) or {}
+        lat = {m: iv.get(f"{m}_ms", {}) for m in ("ttft", "itl")}
+        rows.append([
+            _flags(p["flags"], w), _level(p, lang), str(p["n"]),
+            _with_interval(p["output_throughput_tok_s"], iv.get("output_throughput_tok_s"), lang, 1),
+            _num(p["output_throughput_per_gpu_tok_s"], lang), _num(p["tokens_per_user_tok_s"], lang),
+            _with_interval(p["ttft_p99_ms"], lat["ttft"].get("p99"), lang, 2),
+            _with_interval(p["itl_p50_ms"], lat["itl"].get("p50"), lang, 2),
+            _with_interval(p["itl_p99_ms"], lat["itl"].get("p99"), lang, 2),
+        ])  # fmt: skip
+    note = [w["interval_note"], ""] if intervals else []
+    return [f"## {w['levels']}", "", *note, *_table(headers, rows)]
+
+
+def _best_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> list[str]:
+    rows = []
+    for label, top in summary["best"].items():
+        if top is None:
+            rows.append([f"`{label}`", w["none"], "", "", ""])
+            continue
+        rows.append([f"`{label}`", _flags(top["flags"], w), _level(top, lang),
+                     _num(top["goodput_rps"], lang, 3), _num(top["output_throughput_tok_s"], lang)])  # fmt: skip
+    headers = [w["slo"], w["flags"], w["level"], w["goodput"], w["out"]]
+    return [f"## {w['best']}", "", w["best_intro"], "", *_table(headers, rows)]
+
+
+def _pareto_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> list[str]:
+    sep = "、" if lang == "zh" else ", "
+    texts = []
+    for front, key in zip(summary["pareto"], ("pareto_ttft", "pareto_user"), strict=True):
+        points = sep.join(f"{_flags(p['flags'], w)} {_level(p, lang)}" for p in front["points"])
+        texts.append(w[key].format(points=points or "-"))
+    return [f"## {w['pareto']}", "", *(f"- {t}" for t in texts), ""]
+
+
+def _find_max_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> list[str]:
+    searched = [c for c in summary["configs"] if c.get("find_max")]
+    if not searched:
+        return []
+    out = [f"## {w['find_max'].format(slo='`' + searched[0]['find_max']['slo'] + '`')}", ""]
+    for config in searched:
+        found = config["find_max"]
+        rate = any(lv.get("concurrency") is None for lv in config["levels"])
+
+        def name(value: float | None, rate: bool = rate) -> str:
+            if value is None:
+                return "-"
+            return _level({"request_rate": value} if rate else {"concurrency": int(value)}, lang)
+
+        out.append("- " + w["find_line"].format(
+            flags=config["flags"] or w["no_flags"], meets=name(found["meets"]),
+            fails=name(found["fails"]), open="" if found["done"] else w["find_open"],
+        ))  # fmt: skip
+    return [*out, ""]
