@@ -155,7 +155,8 @@ def recommended_rate(
             ),
             c=Level(c),
         )
-    _next_rate_words(text, data, goodput, c, numbers, th)
+    if not numbers["past_saturation"] or c != data.concurrencies[-1]:
+        _next_rate_words(text, data, goodput, c, numbers, th)
     text.add(
         N_(
             "Service level: {slo} for each request, TTFT and E2EL counted from when the schedule "
@@ -166,7 +167,7 @@ def recommended_rate(
     )
     return Finding(
         id="recommended",
-        severity="info",
+        severity="notice" if numbers["past_saturation"] else "info",
         levels=[c],
         numbers=numbers,
         text=text.render(),

@@ -173,3 +173,15 @@ def test_the_tail_of_a_rate_sweep_is_read_per_rate(tmp_path: Path) -> None:
     assert cause.severity != "unknown" or cause.missing  # a verdict, or what it lacks
     for f in (tail, cause):
         assert "C=" not in f.text["en"] and "C=" not in f.text["zh"]
+
+
+def test_a_single_rate_past_saturation_is_not_called_safe(tmp_path: Path) -> None:
+    found = analyze_run(load_trace_set(write_rate_run(tmp_path, "one", [20.0])))
+    knee = finding(found, "knee")
+    assert knee.text["en"].startswith(
+        "The server is saturated already at the lowest rate, 20 req/s"
+    )
+    rec = finding(found, "recommended")
+    assert rec.severity == "notice" and rec.numbers["past_saturation"] is True
+    assert "past the saturation rate" in rec.text["en"]
+    assert "highest rate swept" not in rec.text["en"]
