@@ -372,19 +372,35 @@ def _warmup(value: str) -> int | None:
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @friendly_errors
 def record_command(**options: Any) -> None:
-    """Sweep concurrency levels against an OpenAI-compatible server and record every token's
-    arrival time into a trace set (traces/<run-id>/).
+    """Sweep concurrency levels or request rates against an OpenAI-compatible server and record
+    every token's arrival time into a trace set (traces/<run-id>/).
 
-    Each level keeps C streams busy (a stream sends its next request when the last one ends).
-    Each request is appended to requests.jsonl as it ends; the server's /metrics is scraped all
-    along into server_metrics.jsonl; manifest.json says what ran, on what. Ctrl-C keeps what was
-    recorded and marks the run incomplete: finish it with --resume.
+    By default each level keeps C streams busy (a closed loop: a stream sends its next request
+    when the last one ends). With --request-rate each level is an open loop instead: requests are
+    sent on a seeded schedule of arrivals whatever the server does, and each records when it was
+    due and when it was sent (the difference is the client's queue, which a closed loop hides).
+    Prompts are random of --input-len tokens, or come from --dataset; --sessions makes them
+    multi-turn conversations. Each request is appended to requests.jsonl as it ends; the
+    server's /metrics is scraped all along into server_metrics.jsonl; manifest.json says what
+    ran, on what. Ctrl-C keeps what was recorded and marks the run incomplete: finish it with
+    --resume.
 
     \b
     Examples:
       sweeper record --base-url http://127.0.0.1:8000 --input-len 1024 --output-len 256
       sweeper record --base-url http://gpu-box:8000/v1 --endpoint chat --concurrency 1,8,32,64 \\
           --gpu "H100 SXM" --tp 2 --server-log vllm.log --label flags=default
+      # a Poisson rate sweep, 100 requests per rate, at most 64 in flight
+      sweeper record --base-url http://127.0.0.1:8000 --request-rate 1,2,4,8,inf --max-concurrency 64
+      # ShareGPT prompts (output lengths the answers'); then random lengths varied +-50%
+      sweeper record --base-url http://127.0.0.1:8000 --endpoint chat \\
+          --dataset sharegpt:ShareGPT_V3_unfiltered_cleaned_split.json --request-rate 2,8
+      sweeper record --base-url http://127.0.0.1:8000 --input-len-range 0.5 --output-len-range 0.5
+      # 16 conversations of 4 turns per level (prefix-cache hits on the history)
+      sweeper record --base-url http://127.0.0.1:8000 --endpoint chat --concurrency 4,16 \\
+          --sessions 16 --turns 4 --think-time-ms 1000
+      # replay a Mooncake trace at twice its speed
+      sweeper record --base-url http://127.0.0.1:8000 --dataset mooncake:trace.jsonl --trace-speedup 2
       sweeper record --resume --run-id qwen2.5-7b-20260101-120000 --base-url http://127.0.0.1:8000
     """
     quiet = options.pop("quiet")
