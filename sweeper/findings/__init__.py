@@ -19,9 +19,12 @@ The package, one module a step:
 - :mod:`~sweeper.findings.model`: :class:`Finding`, :class:`SLO` and the JSON contract;
 - :mod:`~sweeper.findings.frames`: :class:`RunFrames`, what the rules read;
 - ``_words``: the building blocks of the sentences (private to the package);
+- :mod:`~sweeper.findings.levels`: how a level is named (``C=16``, or a rate run's ``4 req/s``);
 - the rules, one module per group: :mod:`~sweeper.findings.scaling` (1-4),
   :mod:`~sweeper.findings.cause` (5, 11), :mod:`~sweeper.findings.capacity` (6-7),
-  :mod:`~sweeper.findings.choice` (8-10);
+  :mod:`~sweeper.findings.choice` (8-10); for rate runs (open loop)
+  :mod:`~sweeper.findings.openloop` (2-3: scaling against the offered rate, the saturation rate)
+  and :mod:`~sweeper.findings.goodput` (8-9 by goodput);
 - :mod:`~sweeper.findings.analyze`: every rule in order, for a trace set or frames.
 """
 
