@@ -177,3 +177,44 @@ def test_the_timeline_of_a_capped_rate_level_shows_the_client_queue(tmp_path: Pa
     calm_parts = {r["part"] for rows in calm["datasets"].values() for r in rows if "part" in r}
     assert calm_parts == {"Waiting for the first token", "Decode"}
     assert "Grey: the wait" not in render_run_page(calm_run, "en")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"cap": 2}, {"detailed": False}],
+    ids=["per-chunk", "capped", "summary-only"],
+)
+def test_imported_vllm_bench_rate_runs_publish_clean_pages(tmp_path: Path, options: dict) -> None:
+    """`vllm bench serve --request-rate` files imported as rate levels (per chunk, with the
+    client's semaphore, or summaries only): both pages read without defects, None/NaN or C=."""
+    from tests.importers.test_vllm_bench_rates import INF, import_files, rate_result, write
+
+    files = [
+        write(tmp_path / f"openai-{r}qps.json", rate_result(r, **options)) for r in (1.0, 4.0, INF)
+    ]
+    _, ts = import_files(tmp_path, *files)
+    run = collect_run(ts)
+    assert run.findings_errors == []
+    for lang in ("en", "zh"):
+        page = render_run_page(run, lang)
+        assert page_defects(page) == [], lang
+        assert "C=" not in page
+        assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", page))
+
+
+@pytest.mark.parametrize("kind", ["constant", "poisson"])
+def test_imported_guidellm_rate_sweeps_publish_clean_pages(tmp_path: Path, kind: str) -> None:
+    from tests.importers.test_guidellm_rates import import_report, sweep_report
+
+    path, _ = sweep_report(tmp_path, kind)
+    _, ts = import_report(tmp_path, path)
+    run = collect_run(ts)
+    assert run.findings_errors == []
+    for lang in ("en", "zh"):
+        page = render_run_page(run, lang)
+        # The importer's own warnings are quoted as it wrote them, in English: the closed-loop
+        # benchmark it left out (C=1), a per-level fact with None in it (the importer's words).
+        body = page.split("### Warnings")[0].split("### 警告")[0]
+        assert page_defects(body) == [], lang
+        assert "C=" not in body
+        assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", body))
