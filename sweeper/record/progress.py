@@ -155,10 +155,6 @@ class LineProgress(NullProgress):
     def start(self, run_id: str, levels: Sequence[int | str]) -> None:
         self.console.print(f"recording {run_id}: levels {', '.join(map(str, levels))}")
 
-    def level_started(self, stats: LevelStats) -> None:
-        if stats.label is not None:
-            self.console.print(f"level {stats.concurrency}: {stats.label}")
-
     def level_finished(self, stats: LevelStats) -> None:
         self.console.print(stats.summary())
 

@@ -279,3 +279,9 @@ def test_arrival_offsets_have_the_asked_mean_and_spread() -> None:
         sd = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps))
         assert mean == pytest.approx(0.1, rel=0.05) and sd / mean == pytest.approx(cv, rel=0.1)
     assert arrival_offsets(3, 4.0, "constant", 1.0, rng) == [0, 250_000_000, 500_000_000]
+    # However few, a level's requests span (n - 1) / rate: it is sent at its offered rate.
+    for arrival, shape in (("poisson", 1.0), ("gamma", 0.3)):
+        few = arrival_offsets(12, 8.0, arrival, shape, rng)
+        assert few[-1] == pytest.approx(11 / 8.0 * 1e9, abs=2) and few == sorted(few)
+    assert arrival_offsets(1, 8.0, "poisson", 1.0, rng) == [0]
+    assert arrival_offsets(0, 8.0, "poisson", 1.0, rng) == []
