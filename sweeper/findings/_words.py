@@ -29,6 +29,7 @@ from sweeper.i18n import LANGUAGES, N_, fmt_number, fmt_percent, gettext, join_l
 from sweeper.units import GIB, MS_PER_S, finite
 
 DOMAIN = "findings"
+SENTENCE_LEVELS = ("the all-at-once level",)
 
 # The offered rates of the run being analysed (empty: a closed loop), so that every sentence
 # names a rate level by its rate (:func:`format_message`) without each rule passing it on.
@@ -189,7 +190,9 @@ def format_message(lang: str, msgid: str, values: dict[str, Any]) -> str:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 rendered[name] = level_in_sentence(int(value), rates, lang)
         template = level_template(template, rates)
-    return template.format(**rendered)
+    out = template.format(**rendered)
+    # A sentence that starts with a level named in words: "The all-at-once level is ...".
+    return out[:1].upper() + out[1:] if out.startswith(SENTENCE_LEVELS) else out
 
 
 class Text:

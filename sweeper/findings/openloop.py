@@ -72,13 +72,19 @@ def completed_rate(data: RunFrames, level: int) -> float:
     """Requests completed per second at a level, between its first and its last completion:
     unlike completed / duration it is not lowered by the drain after the last send (a short
     level would look saturated), and it falls below the offered rate when the server serves
-    fewer than arrive. The level's request throughput where the trace has no request times."""
+    fewer than arrive. Where the trace has no request times (a tool's summaries), completed /
+    (duration - the least loaded level's p50 E2EL): the duration without its drain."""
     req = _level_requests(data, level)
     if req is not None and "end_s" in req.columns:
         ok = req[req["status"] == "ok"]
         value = _rate(ok["end_s"])
         if finite(value):
             return value
+    done, duration = data.value(level, "completed"), data.value(level, "duration_s")
+    e2el = data.col("e2el_p50_ms")
+    drain = float(e2el.min()) / 1e3 if e2el is not None else math.nan
+    if finite(done) and finite(duration) and finite(drain) and duration - drain > 0:
+        return done / (duration - drain)
     return data.value(level, "request_throughput_rps")
 
 
@@ -131,17 +137,26 @@ def _rate_levels(data: RunFrames, th: Thresholds) -> list[_RateLevel]:
             )
         )
     base = next((lv.ttft for lv in out if finite(lv.ttft) and lv.ttft > 0), math.nan)
+    # Without request times the completion rate is the tool's completed / duration: the lowest
+    # rate's own shortfall (failed requests, the drain after the last send) is the baseline.
+    timed = data.requests is not None and not data.requests.empty
+    follows = [lv.follow for lv in out if finite(lv.follow)]
+    baseline = 1.0 if timed or not follows else min(1.0, follows[0])
     for lv in out:
-        lv.signs = _signs(lv, base, th)
+        lv.signs = _signs(lv, base, baseline, th)
     return out
 
 
-def _signs(lv: _RateLevel, base_ttft: float, th: Thresholds) -> list[str]:
+def _signs(lv: _RateLevel, base_ttft: float, baseline: float, th: Thresholds) -> list[str]:
     signs = []
     frac = th.saturation_follow_fraction
     if math.isfinite(lv.offered) and finite(lv.sent) and lv.sent < frac * lv.offered:
         signs.append("sent")
-    if math.isfinite(lv.offered) and finite(lv.completed) and lv.completed < frac * lv.offered:
+    if (
+        math.isfinite(lv.offered)
+        and finite(lv.completed)
+        and lv.completed < frac * baseline * lv.offered
+    ):
         signs.append("completed")
     if finite(lv.queue_p90) and lv.queue_p90 >= th.saturation_client_queue_ms:
         signs.append("client_queue")
@@ -201,7 +216,8 @@ def saturation(data: RunFrames, th: Thresholds) -> Finding:
         )
     _evidence_words(text, lv, levels[0], data.manifest.workload.max_concurrency)
     _capacity_words(text, levels, numbers)
-    _certainty_words(text, lv)
+    timed = data.requests is not None and not data.requests.empty
+    _certainty_words(text, lv, timed=timed)
     return Finding(
         id="knee",
         severity="notice",
@@ -305,10 +321,18 @@ def _capacity_words(text: Text, levels: list[_RateLevel], numbers: dict[str, Any
     del numbers
 
 
-def _certainty_words(text: Text, lv: _RateLevel) -> None:
+def _certainty_words(text: Text, lv: _RateLevel, *, timed: bool) -> None:
     strong = [s for s in lv.signs if s != "latency_growth"]
     if len(lv.signs) >= 2 and strong:
         text.add(N_("Two or more signs agree, so the saturation is certain."))
+    elif strong == ["completed"] and not timed:
+        text.add(
+            N_(
+                "Only the completion rate says so, and without request times it is the tool's "
+                "completed ÷ duration, which the drain after the last send also lowers on a short "
+                "level: a guess until a recording with per-request times confirms it."
+            )
+        )
     elif strong == ["completed"]:
         text.add(
             N_(

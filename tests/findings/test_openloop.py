@@ -185,3 +185,27 @@ def test_a_single_rate_past_saturation_is_not_called_safe(tmp_path: Path) -> Non
     assert rec.severity == "notice" and rec.numbers["past_saturation"] is True
     assert "past the saturation rate" in rec.text["en"]
     assert "highest rate swept" not in rec.text["en"]
+
+
+def test_summary_only_rates_are_a_guess_and_sentences_start_with_a_capital(
+    tmp_path: Path,
+) -> None:
+    from tests.importers.test_vllm_bench_rates import INF, import_files, rate_result, write
+
+    rates = (1.0, 4.0, 16.0, INF)
+    summaries = [write(tmp_path / f"s-{r}.json", rate_result(r, detailed=False)) for r in rates]
+    _, ts = import_files(tmp_path, *summaries)
+    knee = finding(analyze_run(ts), "knee")
+    # completed / duration of a 1 s level at 16 req/s: the drain alone lowers it below 90%
+    assert knee.numbers["saturation_level"] == 3 and knee.numbers["evidence"] == ["completed"]
+    assert "a guess until a recording with per-request times" in knee.text["en"]
+    # per-chunk files of the same runs: nothing saturates, the top level is named in words
+    (tmp_path / "chunks").mkdir()
+    files = [write(tmp_path / "chunks" / f"c-{r}.json", rate_result(r)) for r in rates]
+    _, ts = import_files(tmp_path / "chunks", *files)
+    found = analyze_run(ts)
+    assert finding(found, "knee").numbers["saturation_level"] is None
+    assert (
+        "The all-at-once level is the highest rate swept"
+        in finding(found, "recommended").text["en"]
+    )
