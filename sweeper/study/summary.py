@@ -386,6 +386,17 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _pm(value: Any, interval: dict[str, Any] | None, path: str, digits: int) -> str:
+    """``314.1`` or, across repeats, ``314.1 ±12.0`` (half the 95% t-interval)."""
+    text = _fmt(value, digits)
+    found: Any = interval
+    for part in path.split("."):
+        found = found.get(part) if isinstance(found, dict) else None
+    if isinstance(found, dict) and found.get("high") is not None and found.get("mean") is not None:
+        text += f" ±{found['high'] - found['mean']:,.{digits}f}"
+    return text
+
+
 def render_study_summary(summary: dict[str, Any], console: Console) -> None:
     """The configurations side by side, then the best per SLO and the pairs inside the noise."""
     console.print(f"[bold]study {summary['study_id']}[/bold]  {summary['template']}")
@@ -394,11 +405,20 @@ def render_study_summary(summary: dict[str, Any], console: Console) -> None:
                    "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"):  # fmt: skip
         table.add_column(header, justify="left" if header == "flags" else "right")
     by_flags = {c["flags"]: c for c in summary["configs"]}
+    intervals = {
+        (c["flags"], iv.get("concurrency"), iv.get("request_rate")): iv
+        for c in summary["configs"]
+        for iv in c.get("intervals", [])
+    }
     for point in summary["points"]:
+        iv = intervals.get((point["flags"], point.get("concurrency"), point.get("request_rate")))
         table.add_row(
             point["flags"] or "(no flags)", _name(point), str(point["n"]),
-            _fmt(point["output_throughput_tok_s"]), _fmt(point[PER_GPU]), _fmt(point[PER_USER]),
-            _fmt(point["ttft_p99_ms"], 2), _fmt(point["itl_p50_ms"], 2), _fmt(point["itl_p99_ms"], 2),
+            _pm(point["output_throughput_tok_s"], iv, "output_throughput_tok_s", 1),
+            _fmt(point[PER_GPU]), _fmt(point[PER_USER]),
+            _pm(point["ttft_p99_ms"], iv, "ttft_ms.p99", 2),
+            _pm(point["itl_p50_ms"], iv, "itl_ms.p50", 2),
+            _pm(point["itl_p99_ms"], iv, "itl_ms.p99", 2),
         )  # fmt: skip
     console.print(table)
     for config in summary["configs"]:
@@ -429,6 +449,9 @@ def render_study_summary(summary: dict[str, Any], console: Console) -> None:
                 f"{'' if found['done'] else ' (search unfinished)'}"
             )
     if summary["interval"]:
-        console.print("Intervals: 95% Student t across repeats (each repeat one sample).")
+        console.print(
+            "±: half the 95% Student t-interval of the mean across repeats (each repeat one "
+            "sample)."
+        )
     for pair in summary["indistinguishable"]:
         console.print(f"[yellow]Inside the noise:[/yellow] {pair['text']}")

@@ -9,8 +9,10 @@ decoding streams stall a quarter as often; each stall is longer (one step holds 
 prompt). The p99 ITL shrinks only where stalls are rarer than 1 gap in 100: with 64 output
 tokens (504 gaps at C=4) the 2048 budget's ~8 stalls of ~1 s still made its p99 (928 ms against
 333 ms for 256, measured); with 192 output tokens (1,528 gaps) they are under 1% and the p99 is
-a decode step's, while the 256 budget's ~65 stalls (4%) keep its p99 at a stall. The p90 ITL and
-the mean TPOT shrink at any length.
+a decode step's or a short stall's, while the 256 budget's ~65 stalls (4%) keep its p99 at a
+stall. (Measured twice at 192 tokens: p99 ITL at C=4 277 / 389 ms for 256 against 160 / 93 ms
+for 2048; gaps over 100 ms 66 against 14. The p90 ITL and mean TPOT moved either way, within
+the noise of a loaded 2-core machine.)
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from typing import Any
 
 import pytest
 
+from sweeper.analysis.frames import gap_frame
+from sweeper.store import load_trace_set
 from tests.conftest import require_vllm, vllm_runner
 from tests.e2e.conftest import SWEEPER, SWEEPS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 BUDGETS = (256, 2048)
+STALL_MS = 100.0
 OUTPUT_LEN = 192  # enough gaps per stall for the p99 to tell the budgets apart (see above)
 STUDY_TIMEOUT_S = 900
 
@@ -41,7 +46,7 @@ def vllm_template(model: Path) -> str:
     argv = vllm_runner.VllmServer(model, port=1).command()
     argv[argv.index("--port") + 1] = "{port}"
     env = [f"{k}={v}" for k, v in vllm_runner.OFFLINE_ENV.items()]
-    return shlex.join([*env, *argv, "{flags}"])
+    return shlex.join([*env, *argv]).replace("'{port}'", "{port}") + " {flags}"
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +83,12 @@ def chunked_study(vllm_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> d
     }
 
 
+def _stalls(run: Path, concurrency: int = 4) -> int:
+    """Gaps at a level long enough to be a prefill step, not a decode step (~20 ms)."""
+    gaps = gap_frame(load_trace_set(run))
+    return int((gaps[gaps["concurrency"] == concurrency]["itl_ms"] > STALL_MS).sum())
+
+
 def _level(config: dict[str, Any], concurrency: int) -> dict[str, Any]:
     return next(lv for lv in config["levels"] if lv["concurrency"] == concurrency)
 
@@ -96,9 +107,11 @@ def test_a_larger_prefill_budget_shrinks_the_itl_tail(chunked_study: dict[str, A
             for b in BUDGETS
         )
     )
+    stalls = {b: _stalls(chunked_study["out"] / configs[f"--max-num-batched-tokens {b}"]["run_id"])
+              for b in BUDGETS}  # fmt: skip
+    print(f"gaps over {STALL_MS} ms at C=4: " + ", ".join(f"{b}: {stalls[b]}" for b in BUDGETS))
+    assert stalls[2048] < stalls[256]  # one prefill step per prompt instead of four
     assert itl[2048]["p99"] < itl[256]["p99"]
-    assert itl[2048]["p90"] < itl[256]["p90"]
-    assert at4[2048]["tpot_ms"]["mean"] < at4[256]["tpot_ms"]["mean"]
 
 
 def test_each_run_has_its_server_log_and_the_budget_as_a_fact(
