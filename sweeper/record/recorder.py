@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 import httpx
 
-from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
+from sweeper.record.checks import check_dataset, check_lengths, check_schedule, self_check
 from sweeper.record.client import (
     Clock,
     RequestShaper,
@@ -33,7 +33,6 @@ from sweeper.record.config import (
     CONNECT_TIMEOUT_S,
     CONNECTIONS_HEADROOM,
     PROMPT_BUILD_PARALLEL,
-    SEND_LATE_P99_MS,
     RecordConfig,
     default_run_id,
 )
@@ -46,7 +45,7 @@ from sweeper.record.manifest import (
     new_workload,
     trim_partial_line,
 )
-from sweeper.record.progress import LevelStats, NullProgress, Progress, percentile
+from sweeper.record.progress import LevelStats, NullProgress, Progress
 from sweeper.record.prompts import PromptSource, apply_dataset, run_dataset
 from sweeper.record.resume import check_resume, close_killed_attempts
 from sweeper.record.schedule import resumed_offsets, send_on_schedule
@@ -82,7 +81,6 @@ from sweeper.schema import (
     LoopLag,
     RequestTrace,
     RunManifest,
-    StampCheck,
     Workload,
     strip_credentials,
 )
@@ -92,7 +90,6 @@ from sweeper.store import (
     load_trace_set,
     requests_files,
 )
-from sweeper.units import NS_PER_MS
 
 
 @dataclass(kw_only=True)
@@ -336,21 +333,8 @@ async def _record(
     scraper = await _first_scrape(run, client, parser, info)
     shaper = RequestShaper(on_warning=run.warn)
     workload = manifest.workload
-    if dataset is not None and not config.resume:
-        apply_dataset(workload, dataset, config)
-    _check_dataset(run, dataset)
-    input_len = workload.input_len or config.input_len
-    builder = PromptBuilder(
-        input_len,
-        seed=workload.seed or 0,
-        counter=counter,
-        shared_prefix=workload.unique_prefix is False,
-        max_len=length_bounds(input_len, workload.input_len_range or 0)[1],
-    )
-    source = PromptSource(
-        workload, manifest.target.endpoint, model, manifest.run_id, builder, counter, dataset,
-        output_given=dataset is not None and config.set_by_user("output_len"),
-    )  # fmt: skip
+    source = _prompt_source(run, counter, model, dataset)
+    builder = source.builder
     run.save()
     run.progress.start(
         manifest.run_id,
@@ -395,6 +379,29 @@ async def _record(
         await _finish(lag_task)
         _close_manifest(sweep)
     return run.folder
+
+
+def _prompt_source(
+    run: _Run, counter: TokenCounter | None, model: str, dataset: Dataset | None
+) -> PromptSource:
+    """What the run's requests say: a new run's manifest takes in its dataset first."""
+    config, manifest = run.config, run.manifest
+    workload = manifest.workload
+    if dataset is not None and not config.resume:
+        apply_dataset(workload, dataset, config)
+    check_dataset(manifest, dataset, run.warn)
+    input_len = workload.input_len or config.input_len
+    builder = PromptBuilder(
+        input_len,
+        seed=workload.seed or 0,
+        counter=counter,
+        shared_prefix=workload.unique_prefix is False,
+        max_len=length_bounds(input_len, workload.input_len_range or 0)[1],
+    )
+    return PromptSource(
+        workload, manifest.target.endpoint, model, manifest.run_id, builder, counter, dataset,
+        output_given=dataset is not None and config.set_by_user("output_len"),
+    )  # fmt: skip
 
 
 async def _first_scrape(
@@ -595,9 +602,13 @@ async def _run_level(sweep: _Sweep, level: LevelStatus, pool: WorkerPool | None 
         specs = []  # its earlier requests failed too often already: nothing more is sent
     sent = await _send_level(sweep, key, specs, take, pool)
     level.end_ns = run.now_ns()
-    _self_check(run, stats, sent.lag, sent.stamps.summary(key))
-    _check_schedule(run, key, sent.late_ns)
-    _check_lengths(run, stats)
+    scrape_interval = config.scrape_interval_s if run.scraping else None
+    self_check(
+        manifest, stats, sent.lag, sent.stamps.summary(key), run.warn,
+        scrape_interval_s=scrape_interval,
+    )  # fmt: skip
+    check_schedule(manifest, key, sent.late_ns, run.warn)
+    check_lengths(manifest, stats, run.warn)
     run.progress.level_finished(stats)
     if (
         config.max_error_rate < 1.0
@@ -821,131 +832,6 @@ async def _build_specs(
         raise SweeperError(
             f"building prompts with the server's /tokenize failed: {describe_exception(exc)}"
         ) from exc
-
-
-def _check_dataset(run: _Run, dataset: Dataset | None) -> None:
-    """Refuse chat messages sent to /v1/completions; say what the file's loader skipped and
-    where the sweep needs more prompts than the file has (they repeat: prefix-cache hits)."""
-    if dataset is None:
-        return
-    workload = run.manifest.workload
-    if run.manifest.target.endpoint != "chat" and any(i.messages for i in dataset.items):
-        raise ConfigError(
-            f"--dataset {workload.dataset}: its requests carry chat 'messages', which "
-            "/v1/completions does not take; add --endpoint chat"
-        )
-    skipped = dataset.skipped_summary()
-    if skipped:
-        run.warn(skipped)
-    if dataset.kind == "mooncake":
-        return
-    total = PromptSource(workload, "", "", "", PromptBuilder(1)).planned_total()
-    if total > len(dataset.items):
-        run.warn(
-            f"--dataset {workload.dataset} has {len(dataset.items)} prompts and the sweep sends "
-            f"{total}: prompts repeat, and a repeated prompt may hit the server's prefix cache"
-        )
-
-
-def _self_check(
-    run: _Run, stats: LevelStats, lag: LoopLag | None, stamps: StampCheck | None
-) -> None:
-    """Store the level's loop lag and stamp check; warn where the chunk times may be off, by the
-    rules the ``client_health`` finding applies (:class:`sweeper.analysis.thresholds.Thresholds`). With
-    kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
-    concurrency = stats.concurrency
-    where = level_name(run.manifest.workload, concurrency, long=True)
-    client = run.manifest.client
-    if lag is not None:
-        client.loop_lag = [x for x in client.loop_lag if x.concurrency != concurrency] + [lag]
-    if stamps is not None:
-        client.stamp_checks = [x for x in client.stamp_checks if x.concurrency != concurrency] + [
-            stamps
-        ]
-    th = DEFAULT_THRESHOLDS
-    # Each /metrics scrape costs this process a few ms of CPU and the server more to render the
-    # page: on a machine short of cores, reads late by that much cluster around the scrapes.
-    scrapes = (
-        f", a longer --scrape-interval than {run.config.scrape_interval_s:g} s"
-        if run.scraping
-        else ""
-    )
-    if stamps is not None and stamps.source == "kernel":
-        if th.stamps_distorted(stamps):
-            run.warn(
-                f"the recorder read late at {where}: "
-                f"{stamps.merged_chunks} of {stamps.chunks} chunks "
-                f"({stamps.merged_chunks / stamps.chunks:.1%}) shared a socket read with their "
-                f"stream's next chunk while reads waited up to {stamps.read_delay_p99_ms:.1f} ms "
-                f"(p99, max {stamps.read_delay_max_ms:.1f} ms): ITL there may be off by up to "
-                f"that much (fewer streams per process, more --workers{scrapes}, or a less "
-                "loaded machine would help)"
-            )
-    elif lag is not None and th.loop_lag_distorts(lag.p99_ms, stats.itl_p50_ms()):
-        run.warn(
-            f"the recorder's event loop lagged at {where} (p99 "
-            f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
-            "by up to that much (this process or the machine was busy: fewer streams per "
-            f"process{scrapes}, or a less loaded machine, would help)"
-        )
-
-
-def _check_schedule(run: _Run, key: int, late_ns: list[int]) -> None:
-    """Warn where the recorder started a rate level's requests late: its own delay, not the
-    server's, would then sit in the client queue (``send - scheduled``)."""
-    if not late_ns:
-        return
-    late_ms = [n / NS_PER_MS for n in late_ns]
-    p99 = percentile(late_ms, 99)
-    if p99 <= SEND_LATE_P99_MS:
-        return
-    run.warn(
-        f"the recorder could not keep the schedule at "
-        f"{level_name(run.manifest.workload, key, long=True)}: requests started up to "
-        f"{p99:.1f} ms after their due time (p99, max {max(late_ms):.1f} ms), which their client "
-        "queue includes (a lower rate, more --workers, or a less loaded machine would help)"
-    )
-
-
-def _check_lengths(run: _Run, stats: LevelStats) -> None:
-    """Warn where the server's usage says lengths were not what was asked: the run's fixed
-    --input-len / --output-len, or each request's own where lengths vary."""
-    workload = run.manifest.workload
-    where = level_name(workload, stats.concurrency, long=True)
-    if stats.chunk_sum_mismatches:
-        run.warn(
-            f"{where}: in {stats.chunk_sum_mismatches} requests the per-chunk token counts "
-            "do not add up to the server's usage (it gives no per-chunk counts, so each chunk "
-            "was counted as one token); ITL per chunk is exact, per-token views are estimates"
-        )
-    for misses, counted, what in (
-        (stats.prompt_misses, stats.prompt_tokens, "had a prompt of"),
-        (stats.completion_misses, stats.completion_tokens, "produced"),
-    ):
-        if misses:
-            off = [got - asked for got, asked in misses]
-            run.warn(
-                f"{where}: {len(misses)} of {len(counted)} requests {what} a length other than "
-                f"they asked for, by {min(off):+d}..{max(off):+d} tokens (server usage)"
-            )
-    varied_in = workload.input_len_range or stats.prompt_misses
-    if workload.input_len is not None and stats.prompt_tokens and not varied_in:
-        off_in = [n for n in stats.prompt_tokens if n != workload.input_len]
-        if off_in:
-            run.warn(
-                f"{where}: {len(off_in)} of {len(stats.prompt_tokens)} requests had a prompt of "
-                f"{min(off_in)}..{max(off_in)} tokens, not --input-len {workload.input_len} "
-                "(server usage)"
-            )
-    varied_out = workload.output_len_range or stats.completion_misses
-    if workload.output_len is not None and stats.completion_tokens and not varied_out:
-        off_out = [n for n in stats.completion_tokens if n != workload.output_len]
-        if off_out:
-            run.warn(
-                f"{where}: {len(off_out)} of {len(stats.completion_tokens)} requests produced "
-                f"{min(off_out)}..{max(off_out)} tokens, not --output-len {workload.output_len} "
-                "(server usage)"
-            )
 
 
 __all__ = ["RecordConfig", "arecord_sweep", "record_sweep"]

@@ -23,8 +23,10 @@ from sweeper.store import load_trace_set, read_manifest
 from sweeper.testing.server import FaultRule, ServerProcess, ServerThread, run_server
 
 NS_PER_MS = 1_000_000
-# Loopback on a shared 2-core machine: a request is started within this of its due time.
-LATE_MS = 25.0
+# Loopback on a shared 2-core machine: half the requests start within ON_TIME_MS of their due
+# time, and none later than STALL_MS (a neighbour can stall this process for tens of ms).
+ON_TIME_MS = 5.0
+STALL_MS = 250.0
 
 
 def _config(base_url: str, out: Path, **changes: object) -> RecordConfig:
@@ -45,6 +47,13 @@ def _measured(requests: list[RequestTrace], key: int) -> list[RequestTrace]:
 def _queue_ms(trace: RequestTrace) -> float:
     assert trace.scheduled_ns is not None
     return (trace.send_ns - trace.scheduled_ns) / NS_PER_MS
+
+
+def assert_on_time(requests: list[RequestTrace]) -> None:
+    """Sent at their due time: never before it, the median within a few ms."""
+    queues = sorted(_queue_ms(r) for r in requests)
+    assert queues[0] >= 0 and queues[len(queues) // 2] < ON_TIME_MS, queues
+    assert queues[-1] < STALL_MS, queues
 
 
 def test_parse_rates_sorts_and_refuses_what_is_not_a_rate() -> None:
@@ -79,8 +88,7 @@ def test_a_rate_sweep_sends_on_its_seeded_schedule(
         assert [r.request_id for r in measured] == [f"r{key}-{i:05d}" for i in range(1, 13)]
         assert all(r.status == "ok" for r in level)
         assert min(r.scheduled_ns or 0 for r in measured) >= warm[0].send_ns + (warm[0].end_ns or 0)
-        queues = [_queue_ms(r) for r in measured]
-        assert min(queues) >= 0 and max(queues) < LATE_MS, queues
+        assert_on_time(measured)
     rate = 50.0
     want = arrival_offsets(12, rate, "poisson", 1.0, arrival_rng(0, 1, rate))
     got = [r.scheduled_ns or 0 for r in _measured(ts.requests, 1)]
@@ -89,9 +97,9 @@ def test_a_rate_sweep_sends_on_its_seeded_schedule(
 
 
 def test_the_schedule_is_kept_while_the_server_is_slow(tmp_path: Path) -> None:
-    """Each answer takes 300 ms; at 40 req/s the requests are sent on schedule all the same (a
-    closed loop of one stream would have sent one every 300 ms)."""
-    with run_server(ttft_ms=300, itl_ms=1) as slow:
+    """Each answer takes 600 ms; at 40 req/s the requests are sent on schedule all the same (a
+    closed loop of one stream would have sent one every 600 ms)."""
+    with run_server(ttft_ms=600, itl_ms=1) as slow:
         folder = record_sweep(
             _config(slow.base_url, tmp_path, request_rate=[40.0], arrival="constant", warmup=0,
                     requests_per_level=RequestCount(fixed=10), metrics_urls=[])
@@ -99,9 +107,9 @@ def test_the_schedule_is_kept_while_the_server_is_slow(tmp_path: Path) -> None:
     measured = _measured(load_trace_set(folder).requests, 1)
     scheduled = [r.scheduled_ns or 0 for r in measured]
     assert [b - a for a, b in itertools.pairwise(scheduled)] == [25 * NS_PER_MS] * 9
-    assert max(_queue_ms(r) for r in measured) < LATE_MS
+    assert_on_time(measured)
     sends = [r.send_ns for r in measured]
-    assert (sends[-1] - sends[0]) / NS_PER_MS < 300  # all sent before the first answer came
+    assert (sends[-1] - sends[0]) / NS_PER_MS < 600  # all sent before the first answer came
 
 
 def test_max_concurrency_turns_the_wait_for_a_slot_into_client_queue(tmp_path: Path) -> None:
@@ -115,7 +123,7 @@ def test_max_concurrency_turns_the_wait_for_a_slot_into_client_queue(tmp_path: P
     ts = load_trace_set(folder)
     assert ts.manifest.workload.max_concurrency == 2
     queues = sorted(_queue_ms(r) for r in _measured(ts.requests, 1))
-    assert queues[1] < LATE_MS and queues[2] > 90 and 190 < queues[4] < 400, queues
+    assert queues[1] < STALL_MS and queues[2] > 90 and 190 < queues[4] < 1000, queues
 
 
 def test_rate_options_that_cannot_work_are_refused_naming_the_flag(tmp_path: Path) -> None:
@@ -218,7 +226,7 @@ def test_a_rate_run_resumes_on_its_own_offsets(tmp_path: Path) -> None:
     got = [r.scheduled_ns or 0 for r in later]
     assert [g - got[0] for g in got] == [w - want[len(first)] for w in want[len(first) :]]
     assert got[0] > max(r.send_ns for r in first)
-    assert max(_queue_ms(r) for r in later) < LATE_MS
+    assert_on_time(later)
 
 
 def test_workers_share_one_schedule(process_server: ServerProcess, tmp_path: Path) -> None:
@@ -232,7 +240,7 @@ def test_workers_share_one_schedule(process_server: ServerProcess, tmp_path: Pat
     want = arrival_offsets(10, 40.0, "poisson", 1.0, arrival_rng(0, 1, 40.0))
     got = [r.scheduled_ns or 0 for r in measured]
     assert [g - got[0] for g in got] == want
-    assert max(_queue_ms(r) for r in measured) < LATE_MS
+    assert_on_time(measured)
 
 
 def test_varied_lengths_are_asked_per_request_and_met(server: ServerThread, tmp_path: Path) -> None:
@@ -285,3 +293,29 @@ def test_arrival_offsets_have_the_asked_mean_and_spread() -> None:
         assert few[-1] == pytest.approx(11 / 8.0 * 1e9, abs=2) and few == sorted(few)
     assert arrival_offsets(1, 8.0, "poisson", 1.0, rng) == [0]
     assert arrival_offsets(0, 8.0, "poisson", 1.0, rng) == []
+
+
+def test_hundreds_of_requests_per_second_are_sent_on_time(
+    process_server: ServerProcess, tmp_path: Path
+) -> None:
+    """200 req/s against the scripted server in its own process: sent at the offered rate,
+    half within a millisecond of their due time. The machine is shared: the best of three
+    attempts counts, and never a request sent before its time."""
+    figures = []
+    for attempt in range(3):
+        folder = record_sweep(
+            _config(process_server.base_url, tmp_path, run_id=f"fast{attempt}",
+                    request_rate=[200.0], requests_per_level=RequestCount(fixed=200),
+                    output_len=2, metrics_urls=[])
+        )  # fmt: skip
+        measured = _measured(load_trace_set(folder).requests, 1)
+        queues = sorted(_queue_ms(r) for r in measured)
+        assert queues[0] >= 0
+        sends = sorted(r.send_ns for r in measured)
+        achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e9)
+        figures.append((queues[len(queues) // 2], queues[int(len(queues) * 0.9)], achieved))
+        if figures[-1][0] < 1.0 and figures[-1][1] < 5.0:
+            break
+    best = min(figures)
+    assert best[0] < 1.0 and best[1] < 10.0, f"queue p50 / p90 ms, achieved req/s: {figures}"
+    assert best[2] == pytest.approx(200.0, rel=0.1), figures

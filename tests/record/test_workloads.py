@@ -19,6 +19,7 @@ from sweeper.store import load_trace_set
 from sweeper.testing.server import ServerThread, run_server
 
 NS_PER_MS = 1_000_000
+STALL_MS = 250  # the most a shared machine may delay a due request here
 ANSWERS = ["a b c", "d e f g h", "i j", "k l m n", "o p q r s t u"]
 
 
@@ -155,7 +156,7 @@ def test_open_loop_turns_follow_the_previous_answer_plus_think_time(tmp_path: Pa
         for before, after in itertools.pairwise(turns):
             end = before.send_ns + (before.end_ns or 0)
             assert after.scheduled_ns == end + 40 * NS_PER_MS
-            assert 0 <= after.send_ns - (after.scheduled_ns or 0) < 25 * NS_PER_MS
+            assert 0 <= after.send_ns - (after.scheduled_ns or 0) < STALL_MS * NS_PER_MS
 
 
 def _trace(path: Path, rows: list[tuple[int, int, int, list[int]]]) -> Path:
@@ -191,7 +192,7 @@ def test_a_mooncake_trace_replays_on_its_timestamps_sharing_its_blocks(tmp_path:
     assert [(d - due[0]) // NS_PER_MS for d in due] == [0, 50, 50, 125, 200, 250]
     for r, (_, n, o, _) in zip(requests, rows, strict=True):
         assert (r.asked_input_tokens, r.prompt_tokens, r.completion_tokens) == (n, n, o)
-        assert 0 <= r.send_ns - (r.scheduled_ns or 0) < 25 * NS_PER_MS
+        assert 0 <= r.send_ns - (r.scheduled_ns or 0) < STALL_MS * NS_PER_MS
     cached = [truths[r.request_id]["cached_tokens"] for r in requests]  # type: ignore[index]
     assert cached[0] == 0 and cached[2] == 0 and cached[4] == 0  # nothing shared before
     assert cached[1] >= 496 and cached[3] >= 592 and cached[5] >= 496  # block 0 (and 1) shared

@@ -1,0 +1,151 @@
+"""The recorder's checks of what it recorded, said as warnings in the manifest: its own
+timing (event-loop lag, late socket reads, a rate level's schedule not kept), lengths the
+server did not give as asked, and a dataset's skipped or repeated prompts. Each takes the
+manifest and a ``warn`` callback (the run's, which keeps each message once)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sweeper.analysis.thresholds import DEFAULT_THRESHOLDS
+from sweeper.errors import ConfigError
+from sweeper.record.config import SEND_LATE_P99_MS
+from sweeper.record.datasets import Dataset
+from sweeper.record.progress import LevelStats, percentile
+from sweeper.record.prompts import PromptSource
+from sweeper.record.workload import PromptBuilder, level_name
+from sweeper.schema import LoopLag, RunManifest, StampCheck
+from sweeper.units import NS_PER_MS
+
+Warn = Callable[[str], None]
+
+
+def check_dataset(manifest: RunManifest, dataset: Dataset | None, warn: Warn) -> None:
+    """Refuse chat messages sent to /v1/completions; say what the file's loader skipped and
+    where the sweep needs more prompts than the file has (they repeat: prefix-cache hits)."""
+    if dataset is None:
+        return
+    workload = manifest.workload
+    if manifest.target.endpoint != "chat" and any(i.messages for i in dataset.items):
+        raise ConfigError(
+            f"--dataset {workload.dataset}: its requests carry chat 'messages', which "
+            "/v1/completions does not take; add --endpoint chat"
+        )
+    skipped = dataset.skipped_summary()
+    if skipped:
+        warn(skipped)
+    if dataset.kind == "mooncake":
+        return
+    total = PromptSource(workload, "", "", "", PromptBuilder(1)).planned_total()
+    if total > len(dataset.items):
+        warn(
+            f"--dataset {workload.dataset} has {len(dataset.items)} prompts and the sweep sends "
+            f"{total}: prompts repeat, and a repeated prompt may hit the server's prefix cache"
+        )
+
+
+def self_check(
+    manifest: RunManifest,
+    stats: LevelStats,
+    lag: LoopLag | None,
+    stamps: StampCheck | None,
+    warn: Warn,
+    *,
+    scrape_interval_s: float | None = None,
+) -> None:
+    """Store the level's loop lag and stamp check; warn where the chunk times may be off, by the
+    rules the ``client_health`` finding applies (:class:`sweeper.analysis.thresholds.Thresholds`). With
+    kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
+    concurrency = stats.concurrency
+    where = level_name(manifest.workload, concurrency, long=True)
+    client = manifest.client
+    if lag is not None:
+        client.loop_lag = [x for x in client.loop_lag if x.concurrency != concurrency] + [lag]
+    if stamps is not None:
+        client.stamp_checks = [x for x in client.stamp_checks if x.concurrency != concurrency] + [
+            stamps
+        ]
+    th = DEFAULT_THRESHOLDS
+    # Each /metrics scrape costs this process a few ms of CPU and the server more to render the
+    # page: on a machine short of cores, reads late by that much cluster around the scrapes.
+    scrapes = (
+        f", a longer --scrape-interval than {scrape_interval_s:g} s"
+        if scrape_interval_s is not None
+        else ""
+    )
+    if stamps is not None and stamps.source == "kernel":
+        if th.stamps_distorted(stamps):
+            warn(
+                f"the recorder read late at {where}: "
+                f"{stamps.merged_chunks} of {stamps.chunks} chunks "
+                f"({stamps.merged_chunks / stamps.chunks:.1%}) shared a socket read with their "
+                f"stream's next chunk while reads waited up to {stamps.read_delay_p99_ms:.1f} ms "
+                f"(p99, max {stamps.read_delay_max_ms:.1f} ms): ITL there may be off by up to "
+                f"that much (fewer streams per process, more --workers{scrapes}, or a less "
+                "loaded machine would help)"
+            )
+    elif lag is not None and th.loop_lag_distorts(lag.p99_ms, stats.itl_p50_ms()):
+        warn(
+            f"the recorder's event loop lagged at {where} (p99 "
+            f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
+            "by up to that much (this process or the machine was busy: fewer streams per "
+            f"process{scrapes}, or a less loaded machine, would help)"
+        )
+
+
+def check_schedule(manifest: RunManifest, key: int, late_ns: list[int], warn: Warn) -> None:
+    """Warn where the recorder started a rate level's requests late: its own delay, not the
+    server's, would then sit in the client queue (``send - scheduled``)."""
+    if not late_ns:
+        return
+    late_ms = [n / NS_PER_MS for n in late_ns]
+    p99 = percentile(late_ms, 99)
+    if p99 <= SEND_LATE_P99_MS:
+        return
+    warn(
+        f"the recorder could not keep the schedule at "
+        f"{level_name(manifest.workload, key, long=True)}: requests started up to "
+        f"{p99:.1f} ms after their due time (p99, max {max(late_ms):.1f} ms), which their client "
+        "queue includes (a lower rate, more --workers, or a less loaded machine would help)"
+    )
+
+
+def check_lengths(manifest: RunManifest, stats: LevelStats, warn: Warn) -> None:
+    """Warn where the server's usage says lengths were not what was asked: the run's fixed
+    --input-len / --output-len, or each request's own where lengths vary."""
+    workload = manifest.workload
+    where = level_name(workload, stats.concurrency, long=True)
+    if stats.chunk_sum_mismatches:
+        warn(
+            f"{where}: in {stats.chunk_sum_mismatches} requests the per-chunk token counts "
+            "do not add up to the server's usage (it gives no per-chunk counts, so each chunk "
+            "was counted as one token); ITL per chunk is exact, per-token views are estimates"
+        )
+    for misses, counted, what in (
+        (stats.prompt_misses, stats.prompt_tokens, "had a prompt of"),
+        (stats.completion_misses, stats.completion_tokens, "produced"),
+    ):
+        if misses:
+            off = [got - asked for got, asked in misses]
+            warn(
+                f"{where}: {len(misses)} of {len(counted)} requests {what} a length other than "
+                f"they asked for, by {min(off):+d}..{max(off):+d} tokens (server usage)"
+            )
+    varied_in = workload.input_len_range or stats.prompt_misses
+    if workload.input_len is not None and stats.prompt_tokens and not varied_in:
+        off_in = [n for n in stats.prompt_tokens if n != workload.input_len]
+        if off_in:
+            warn(
+                f"{where}: {len(off_in)} of {len(stats.prompt_tokens)} requests had a prompt of "
+                f"{min(off_in)}..{max(off_in)} tokens, not --input-len {workload.input_len} "
+                "(server usage)"
+            )
+    varied_out = workload.output_len_range or stats.completion_misses
+    if workload.output_len is not None and stats.completion_tokens and not varied_out:
+        off_out = [n for n in stats.completion_tokens if n != workload.output_len]
+        if off_out:
+            warn(
+                f"{where}: {len(off_out)} of {len(stats.completion_tokens)} requests produced "
+                f"{min(off_out)}..{max(off_out)} tokens, not --output-len {workload.output_len} "
+                "(server usage)"
+            )
