@@ -150,3 +150,17 @@ def test_a_study_file_gives_the_template_configs_and_record_options(tmp_path: Pa
     assert manifest.workload.input_len == 12 and manifest.workload.concurrency_levels == [1]
     stored = read_json(tmp_path / "f" / "study.json")["record_options"]
     assert stored["input_len"] == 12 and stored["requests_per_level"] == "8"
+
+
+def test_secrets_in_the_template_are_masked_in_the_study(tmp_path: Path) -> None:
+    template = "/nonexistent/server --api-key sk-study-secret-123 --port {port} {flags}"
+    result = invoke(["study", "run", "sec", "--serve", template, "--out", str(tmp_path)])
+    assert result.exit_code == 1  # nothing could start
+    text = (tmp_path / "sec" / "study.json").read_text()
+    assert "sk-study-secret-123" not in text
+    manifest = read_json(tmp_path / "sec" / "study.json")
+    assert manifest["template"] == "/nonexistent/server --api-key *** --port {port} {flags}"
+    assert "cannot start '/nonexistent/server'" in manifest["configurations"][0]["error"]
+    # Resuming needs the template again: the stored one lacks its secret.
+    again = invoke(["study", "run", "sec", "--resume", "--out", str(tmp_path)])
+    assert again.exit_code == 1 and "pass --serve again" in again.output
