@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -319,3 +320,61 @@ def test_hundreds_of_requests_per_second_are_sent_on_time(
     best = min(figures)
     assert best[0] < 1.0 and best[1] < 10.0, f"queue p50 / p90 ms, achieved req/s: {figures}"
     assert best[2] == pytest.approx(200.0, rel=0.1), figures
+
+
+def test_ctrl_c_in_a_rate_level_cancels_what_is_in_flight_and_resume_finishes(
+    tmp_path: Path,
+) -> None:
+    """Cancelled mid-level (what Ctrl-C does), the requests in flight end as cancelled and the
+    level is interrupted; --resume sends the rest on their offsets, and nothing twice."""
+    import asyncio
+
+    from sweeper.record.recorder import arecord_sweep
+
+    with run_server(ttft_ms=30, itl_ms=5) as srv:
+        config = _config(srv.base_url, tmp_path, request_rate=[40.0], warmup=0, output_len=8,
+                         requests_per_level=RequestCount(fixed=30), metrics_urls=[])  # fmt: skip
+
+        async def interrupted() -> None:
+            task = asyncio.create_task(arecord_sweep(config))
+            requests = tmp_path / "o" / "requests.jsonl"
+            while not (requests.exists() and requests.read_text().count("\n") >= 5):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(interrupted())
+        first = load_trace_set(tmp_path / "o")
+        assert first.manifest.status == "incomplete"
+        assert first.manifest.levels[0].status == "interrupted"
+        done = {r.request_id for r in first.requests if r.status != "cancelled"}
+        assert 5 <= len(done) < 30
+        record_sweep(RecordConfig(out=tmp_path, run_id="o", resume=True, metrics_urls=[]))
+    ts = load_trace_set(tmp_path / "o")
+    assert ts.manifest.status == "complete"
+    kept = [r for r in ts.requests if r.status != "cancelled"]
+    assert sorted(r.request_id for r in kept) == [f"r1-{i:05d}" for i in range(30)]
+    assert all(r.status == "ok" and r.scheduled_ns is not None for r in kept)
+
+
+def test_resume_of_a_rate_run_refuses_other_rates_and_arrivals(tmp_path: Path) -> None:
+    with (
+        run_server(ttft_ms=1, itl_ms=1, faults=(FaultRule("http_500", every=2),)) as bad,
+        pytest.raises(ErrorRateExceeded),
+    ):
+        record_sweep(
+            _config(bad.base_url, tmp_path, request_rate=[20.0, 40.0], warmup=0,
+                    max_error_rate=0.3, metrics_urls=[])
+        )  # fmt: skip
+    resumed = RecordConfig(
+        out=tmp_path, run_id="o", resume=True, request_rate=[20.0, 80.0], arrival="gamma",
+        burstiness=0.5, max_concurrency=3,
+        given=frozenset({"request_rate", "arrival", "burstiness", "max_concurrency"}),
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        record_sweep(resumed)
+    message = str(refused.value)
+    assert re.search(r"--request-rate +recorded 20,40, given 20,80", message), message
+    for option in ("--arrival", "--burstiness", "--max-concurrency"):
+        assert option in message, message

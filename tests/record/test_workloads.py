@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sweeper.errors import ConfigError
+from sweeper.errors import ConfigError, ErrorRateExceeded
 from sweeper.record import RecordConfig, RequestCount, record_sweep
 from sweeper.record.datasets import file_sha256
 from sweeper.schema import RequestTrace
 from sweeper.store import load_trace_set
-from sweeper.testing.server import ServerThread, run_server
+from sweeper.testing.server import FaultRule, ServerThread, run_server
 
 NS_PER_MS = 1_000_000
 STALL_MS = 250  # the most a shared machine may delay a due request here
@@ -227,3 +227,31 @@ def test_workload_options_that_cannot_work_together_are_refused(tmp_path: Path) 
             config.concurrency = RecordConfig().concurrency
         with pytest.raises(ConfigError, match=message):
             config.check()
+
+
+def test_a_multi_turn_level_resumes_the_turns_it_lacks(tmp_path: Path) -> None:
+    """Every 5th request fails and the error rate stops the level; resumed, the turns not
+    sent yet go out (their conversations' earlier answers are not in the trace set, so the
+    history starts again from what is sent now), each turn once."""
+    with (
+        run_server(ttft_ms=1, itl_ms=1, faults=(FaultRule("http_500", every=5),)) as bad,
+        pytest.raises(ErrorRateExceeded),
+    ):
+        record_sweep(
+            _config(bad.base_url, tmp_path, endpoint="chat", concurrency=[2], sessions=4,
+                    turns=3, requests_per_level=RequestCount(), max_error_rate=0.05,
+                    metrics_urls=[])
+        )  # fmt: skip
+    before = {r.request_id for r in load_trace_set(tmp_path / "w").requests}
+    assert len(before) < 12
+    with run_server(ttft_ms=1, itl_ms=1) as healthy:
+        record_sweep(
+            RecordConfig(base_url=healthy.base_url, out=tmp_path, run_id="w", resume=True,
+                         max_error_rate=1.0, metrics_urls=[])
+        )  # fmt: skip
+    ts = load_trace_set(tmp_path / "w")
+    assert ts.manifest.status == "complete"
+    assert sorted(r.request_id for r in ts.requests) == [f"c2-{i:05d}" for i in range(12)]
+    assert sorted((r.session, r.turn) for r in ts.requests) == [
+        (s, t) for s in (1, 2, 3, 4) for t in (1, 2, 3)
+    ]

@@ -215,3 +215,41 @@ def test_metrics_in_vllm_format(client: httpx.Client, stream_request: StreamFn) 
 def test_config_survives_json_dump(client: httpx.Client) -> None:
     config = client.get("/_sweeper/config").json()
     assert json.loads(json.dumps(config))["mode"] == "schedule"
+
+
+def _counter(page: str, name: str) -> float:
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not on the page")
+
+
+def test_prefix_cache_counts_the_blocks_an_earlier_prompt_or_answer_filled() -> None:
+    """Blocks of 4 toy tokens: a second turn that repeats the first prompt and its answer
+    finds them cached (their whole blocks); an unrelated prompt finds nothing; with caching
+    off nothing is ever a hit, but the queries are counted."""
+    first = " ".join(f"w{i}" for i in range(10))  # 10 tokens: blocks 0-1 full
+    with run_server(ttft_ms=0, itl_ms=0, prefix_caching=True, block_size=4) as srv:
+        with httpx.Client(base_url=srv.base_url) as http:
+            answer = http.post(
+                "/v1/completions", json={"prompt": first, "max_tokens": 6},
+                headers={"X-Request-Id": "one"},
+            ).json()["choices"][0]["text"]  # fmt: skip
+            second = first + answer + " and more words"  # 10 + 6 + 3 tokens
+            http.post("/v1/completions", json={"prompt": second, "max_tokens": 2},
+                      headers={"X-Request-Id": "two"})  # fmt: skip
+            http.post("/v1/completions", json={"prompt": "x y z a b c d e", "max_tokens": 2},
+                      headers={"X-Request-Id": "three"})  # fmt: skip
+            page = http.get("/metrics").text
+        cached = [srv.truth(i)["cached_tokens"] for i in ("one", "two", "three")]  # type: ignore[index]
+    assert cached == [0, 16, 0]  # the first 16 of 10 + 6 tokens: four whole blocks
+    assert _counter(page, "vllm:prefix_cache_queries_total") == 10 + 19 + 8
+    assert _counter(page, "vllm:prefix_cache_hits_total") == 16
+    assert 'enable_prefix_caching="True"' in page
+    with run_server(ttft_ms=0, itl_ms=0) as off, httpx.Client(base_url=off.base_url) as http:
+        for _ in range(2):
+            http.post("/v1/completions", json={"prompt": first, "max_tokens": 2})
+        page = http.get("/metrics").text
+    assert _counter(page, "vllm:prefix_cache_hits_total") == 0
+    assert _counter(page, "vllm:prefix_cache_queries_total") == 20
