@@ -36,7 +36,7 @@ from sweeper.report.markup import (
     tr,
     trn,
 )
-from sweeper.report.provenance import recorded_section
+from sweeper.report.provenance import length_card, recorded_section, varied_lengths
 from sweeper.report.rate_pages import (
     chart_levels,
     rate_data_table,
@@ -247,7 +247,10 @@ def _lede(page: _Page) -> None:
     total = int(levels["requests"].sum()) if not levels.empty else 0
     failed = int(levels["failed"].sum()) if not levels.empty else 0
     parts = []
-    if wl.input_len is not None and wl.output_len is not None:
+    varied = varied_lengths(wl, lang)
+    if varied is not None:
+        parts.append(varied)
+    elif wl.input_len is not None and wl.output_len is not None:
         parts.append(
             tr(lang, "Fixed {input_len} input / {output_len} output tokens.").format(
                 input_len=fmt_number(wl.input_len, lang, 0),
@@ -321,7 +324,7 @@ def _fact_cards(page: _Page) -> None:
         items.append(
             (
                 tr(lang, "In / Out"),
-                f"{fmt_number(m.workload.input_len, lang, 0)} / {fmt_number(m.workload.output_len, lang, 0)} tok",
+                length_card(m.workload, lang),
                 None,
             )
         )

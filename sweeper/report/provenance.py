@@ -240,3 +240,36 @@ def _session_words(wl: Workload, lang: str) -> str:
             lang, "{ms} ms of think time between an answer and the next turn"
         ).format(ms=fmt_number(wl.think_time_ms, lang, 0))
     return text
+
+
+def _span(centre: int, spread: float | None, lang: str) -> str:
+    if not spread:
+        return fmt_number(centre, lang, 0)
+    low, high = round(centre * (1 - spread)), round(centre * (1 + spread))
+    return f"{fmt_number(low, lang, 0)}–{fmt_number(high, lang, 0)}"
+
+
+def varied_lengths(wl: Workload, lang: str) -> str | None:
+    """The lede's sentence on lengths where they vary (ranges, a dataset, sessions); None for
+    fixed-length prompts (the lede says "Fixed N input / M output tokens")."""
+    kind = (wl.dataset or "random").partition(":")[0]
+    if wl.input_len_range or wl.output_len_range:
+        if wl.input_len is None or wl.output_len is None:
+            return None
+        return tr(lang, "Lengths vary: {input} input / {output} output tokens.").format(
+            input=_span(wl.input_len, wl.input_len_range, lang),
+            output=_span(wl.output_len, wl.output_len_range, lang),
+        )
+    if kind != "random":
+        return tr(lang, "Prompts from a dataset: lengths vary by request.")
+    if wl.turns and wl.turns > 1:
+        return tr(lang, "Multi-turn: each turn's prompt carries the conversation so far.")
+    return None
+
+
+def length_card(wl: Workload, lang: str) -> str:
+    """The In / Out card: ``1,024 / 128 tok``, or the ranges (``512–1,536 / 128 tok``)."""
+    assert wl.input_len is not None and wl.output_len is not None
+    inp = _span(wl.input_len, wl.input_len_range, lang)
+    out = _span(wl.output_len, wl.output_len_range, lang)
+    return f"{inp} / {out} tok"

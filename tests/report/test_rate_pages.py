@@ -218,3 +218,14 @@ def test_imported_guidellm_rate_sweeps_publish_clean_pages(tmp_path: Path, kind:
         assert page_defects(body) == [], lang
         assert "C=" not in body
         assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", body))
+
+
+def test_varied_lengths_are_not_called_fixed() -> None:
+    from sweeper.report.provenance import length_card, varied_lengths
+    from sweeper.schema import Workload
+
+    ranged = Workload(input_len=1000, output_len=100, input_len_range=0.5)
+    assert varied_lengths(ranged, "en") == "Lengths vary: 500–1,500 input / 100 output tokens."
+    assert length_card(ranged, "zh") == "500–1,500 / 100 tok"
+    assert varied_lengths(Workload(dataset="sharegpt:x.json"), "en").startswith("Prompts from")
+    assert varied_lengths(Workload(input_len=128, output_len=64), "en") is None  # "Fixed ..."
