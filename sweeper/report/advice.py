@@ -42,31 +42,11 @@ _CAUSE_ADVICE = {
 def next_steps(run: RunReport, lang: str) -> list[str]:
     """The advice lines (plain text, not escaped), in ``lang``; empty when no finding supports one."""
     advice: list[str] = []
-    recommended = run.known("recommended")
-    step = recommended.numbers.get("next") if recommended is not None else None
-    if (
-        recommended is not None
-        and isinstance(step, Mapping)
-        and step.get("concurrency") is not None
-        and finite(step.get("throughput_gain"))
-    ):
-        rates = level_rates(run.ts.manifest)
-        text = level_template(
-            tr(
-                lang,
-                "Going from C={c} to C={n} buys {gain} more throughput; p99 TTFT becomes {ttft} ms.",
-            ),
-            rates,
-        )
-        chosen = recommended.numbers.get("concurrency")
-        advice.append(
-            text.format(
-                c=level_text(int(chosen), rates, lang) if chosen is not None else "?",
-                n=level_text(int(step["concurrency"]), rates, lang),
-                gain=fmt_percent(step["throughput_gain"], lang, 0),
-                ttft=num(step.get("ttft_p99_ms"), lang, 0),
-            )
-        )
+    saturation = _saturation_advice(run, lang)
+    if saturation is not None:
+        advice.append(saturation)
+    else:
+        advice += _next_level_advice(run, lang)
     cause = run.known("tail_cause")
     key = cause.numbers.get("cause") if cause is not None else None
     if isinstance(key, str) and key in _CAUSE_ADVICE:
@@ -100,3 +80,62 @@ def next_steps(run: RunReport, lang: str) -> list[str]:
             )
             advice.append(text.format(max_seqs=int(max_seqs), ceiling=int(limit)))
     return advice
+
+
+def _next_level_advice(run: RunReport, lang: str) -> list[str]:
+    """What the next level up buys and costs (``recommended.next``)."""
+    recommended = run.known("recommended")
+    step = recommended.numbers.get("next") if recommended is not None else None
+    if not (
+        recommended is not None
+        and isinstance(step, Mapping)
+        and step.get("concurrency") is not None
+        and finite(step.get("throughput_gain"))
+    ):
+        return []
+    rates = level_rates(run.ts.manifest)
+    text = level_template(
+        tr(
+            lang,
+            "Going from C={c} to C={n} buys {gain} more throughput; p99 TTFT becomes {ttft} ms.",
+        ),
+        rates,
+    )
+    chosen = recommended.numbers.get("concurrency")
+    return [
+        text.format(
+            c=level_text(int(chosen), rates, lang) if chosen is not None else "?",
+            n=level_text(int(step["concurrency"]), rates, lang),
+            gain=fmt_percent(step["throughput_gain"], lang, 0),
+            ttft=num(step.get("ttft_p99_ms"), lang, 0),
+        )
+    ]
+
+
+def _saturation_advice(run: RunReport, lang: str) -> str | None:
+    """A rate sweep that saturated: what the server can take, instead of what the next rate
+    up buys (its queue would grow for as long as the load lasts)."""
+    knee = run.known("knee")
+    rates = level_rates(run.ts.manifest)
+    if not rates or knee is None or knee.numbers.get("saturation_level") is None:
+        return None
+    capacity = knee.numbers.get("capacity_rps")
+    kept = knee.numbers.get("between")
+    if not finite(capacity):
+        return None
+    if isinstance(kept, list) and kept:
+        text = tr(
+            lang,
+            "Keep the offered load at or below {safe}: past it the server, which completes at "
+            "most {cap} req/s, queues requests for as long as the load lasts; more load needs "
+            "more capacity (another replica, a larger GPU), not a higher rate.",
+        )
+        return text.format(
+            safe=level_text(int(kept[0]), rates, lang), cap=fmt_number(capacity, lang, 1)
+        )
+    text = tr(
+        lang,
+        "Even the lowest offered rate saturates the server, which completes at most {cap} req/s: "
+        "sweep lower rates to find what it sustains.",
+    )
+    return text.format(cap=fmt_number(capacity, lang, 1))

@@ -51,6 +51,9 @@ def test_the_rate_page_says_where_it_saturates_and_what_to_run(rate_pages) -> No
     assert "Offered against achieved rate" in page
     assert "| Offered rate | Sent req/s | Completed req/s |" in page
     assert "Goodput (req/s)" in page  # the SLO table chooses by goodput
+    # the advice: what the server takes, not what the next (saturated) rate buys
+    assert "- Keep the offered load at or below 8 req/s" in page
+    assert "Going from 8 req/s" not in page
     assert "请求速率扫描" in rate_pages["zh"] and "计划速率与实际速率" in rate_pages["zh"]
 
 
