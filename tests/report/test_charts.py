@@ -111,8 +111,10 @@ def test_rate_levels_name_the_x_axis_of_the_level_charts() -> None:
     kv = charts.chart_kv_occupancy(levels, capacity_tokens=1000, tokens_per_request=100)
     needed = [r["needed_tokens"] for r in _data_rows(kv.to_dict()) if "needed_tokens" in r]
     assert needed == pytest.approx([40.0, 160.0, 900.0, 2000.0])  # in flight, not the key
-    for spec in (itl, e2el):
+    for spec in (itl, e2el, kv.to_dict()):
         jsonschema.validate(spec, SCHEMA)
+        # the axis' label expression compiles and draws, offline
+        assert vl_convert.vegalite_to_svg(spec, allowed_base_urls=[]).startswith("<svg")
 
 
 def _layers(spec: dict) -> list[dict]:
