@@ -12,7 +12,8 @@ English word, so a caller can pass only what it translated.
 Charts: :func:`chart_throughput_latency`, :func:`chart_scaling`, :func:`chart_marginal_gain`,
 :func:`chart_itl_split`, :func:`chart_e2el_breakdown`, :func:`chart_kv_occupancy`,
 :func:`chart_request_timeline`; for rate sweeps :func:`chart_rate_follow` (and the rate as the x
-axis of the others: the page adds ``level_label`` and ``rate_x``, :func:`is_rate_frame`); for
+axis of the others: the page adds ``level_label`` and ``rate_x``, :func:`is_rate_frame`) and
+:func:`chart_rate_latency`; for
 multi-turn sessions :func:`chart_ttft_by_turn`; for comparisons of runs :func:`chart_compare_latency` and
 :func:`chart_compare_per_gpu`.
 """
@@ -91,6 +92,14 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
         "sent": N_("Sent"),
         "completed": N_("Completed"),
         "series": N_("Series"),
+        "level": N_("Level"),
+    },
+    "rate_latency": {
+        "x": N_("Offered rate (req/s, log scale)"),
+        "y": N_("TTFT from the schedule (ms, log scale)"),
+        "p50": N_("p50 TTFT"),
+        "p99": N_("p99 TTFT"),
+        "series": N_("Percentile"),
         "level": N_("Level"),
     },
     "itl_split": {
@@ -695,6 +704,54 @@ def chart_rate_follow(
     return _finish(chart)
 
 
+def chart_rate_latency(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
+    """A rate sweep: p50 and p99 TTFT counted from the schedule (what a user waits: the client's
+    queue included) against the offered rate, log-log: flat while the server keeps up, rising
+    steeply past its saturation rate. ``levels``: the level frame with the page's
+    ``level_label`` and ``rate_x``; TTFT from the send where the schedule is unknown."""
+    lab = _labels("rate_latency", labels)
+    _need(levels, ["concurrency", RATE_LABEL, RATE_X, "ttft_p50_ms", "ttft_p99_ms"], "rate_latency")
+    frame = levels.sort_values("concurrency").copy()
+    for stat in ("p50", "p99"):
+        sched = f"ttft_sched_{stat}_ms"
+        own = pd.to_numeric(frame[f"ttft_{stat}_ms"], errors="coerce")
+        if sched in frame.columns:
+            frame[stat] = pd.to_numeric(frame[sched], errors="coerce").fillna(own)
+        else:
+            frame[stat] = own
+    long = frame.melt(
+        id_vars=["concurrency", RATE_LABEL, RATE_X],
+        value_vars=["p50", "p99"],
+        var_name="stat",
+        value_name="ttft_ms",
+    )
+    long["ttft_ms"] = _positive(long["ttft_ms"])
+    long = long.dropna(subset=["ttft_ms"])
+    if long.empty:
+        raise ValueError("rate_latency: no level has a TTFT to draw")
+    long["series"] = long["stat"].map({"p50": lab["p50"], "p99": lab["p99"]})
+    chart = (
+        _base(long)
+        .mark_line(point=True)
+        .encode(
+            x=_rate_x(frame, lab["x"]),
+            y=alt.Y("ttft_ms:Q", title=lab["y"], scale=alt.Scale(type="log")),
+            color=alt.Color(
+                "series:N",
+                title=lab["series"],
+                scale=alt.Scale(domain=[lab["p50"], lab["p99"]], range=[_BLUE, _VERMILION]),
+            ),
+            order="concurrency:Q",
+            tooltip=[
+                alt.Tooltip(f"{RATE_LABEL}:N", title=lab["level"]),
+                alt.Tooltip("series:N", title=lab["series"]),
+                alt.Tooltip("ttft_ms:Q", title=lab["y"], format=",.1f"),
+            ],
+        )
+    )
+    return _finish(chart)
+
+
 def chart_ttft_by_turn(turns: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
     """Multi-turn sessions: p50 TTFT of each turn of a conversation, one line per level
     (:func:`sweeper.analysis.frames.turn_frame` plus a ``level_label`` column): later turns
@@ -904,6 +961,7 @@ RUN_CHARTS = (
     "throughput_latency",
     "scaling",
     "rate_follow",
+    "rate_latency",
     "marginal_gain",
     "itl_split",
     "e2el_breakdown",

@@ -100,6 +100,17 @@ def rate_follow_section(page: PageLike, levels: pd.DataFrame) -> None:
             ),
         )
     page.finding("scaling")
+    page.heading(tr(lang, "Latency against offered rate"))
+    page.figure(
+        tr(lang, "TTFT from the schedule against the offered rate"),
+        charts.chart_rate_latency(levels, chart_labels(lang, "rate_latency")),
+        tr(
+            lang,
+            "Log-log axes. TTFT counted from when the schedule said to send (what a user waits, "
+            "the client's queue included): flat while the server keeps up, rising steeply past "
+            "its saturation rate.",
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

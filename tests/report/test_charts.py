@@ -43,6 +43,14 @@ def _build(name: str, frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -
         return charts.chart_request_timeline(requests, 4)
     if name == "rate_follow":
         return charts.chart_rate_follow(RATE_FRAME)
+    if name == "rate_latency":
+        return charts.chart_rate_latency(
+            RATE_FRAME.assign(
+                ttft_p50_ms=[50.0, 55.0, 400.0, 900.0],
+                ttft_p99_ms=[60.0, 80.0, 900.0, 2000.0],
+                ttft_sched_p50_ms=[50.0, 55.0, float("nan"), 950.0],
+            )
+        )
     if name == "ttft_by_turn":
         return charts.chart_ttft_by_turn(TURN_FRAME)
     if name in charts.COMPARE_CHARTS:
@@ -226,3 +234,15 @@ def test_request_timeline_has_a_wait_and_a_decode_bar_per_request(frames) -> Non
 def test_a_frame_without_the_columns_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="level_frame"):
         charts.chart_itl_split(pd.DataFrame({"concurrency": [1]}))
+
+
+def test_rate_latency_counts_ttft_from_the_schedule() -> None:
+    levels = RATE_FRAME.assign(
+        ttft_p50_ms=[50.0, 55.0, 400.0, 900.0],
+        ttft_p99_ms=[60.0, 80.0, 900.0, 2000.0],
+        ttft_sched_p50_ms=[50.0, 55.0, float("nan"), 950.0],
+    )
+    spec = charts.chart_rate_latency(levels).to_dict()
+    p50 = {r["rate_x"]: r["ttft_ms"] for r in _data_rows(spec) if r["series"] == "p50 TTFT"}
+    assert p50 == {1.0: 50.0, 4.0: 55.0, 16.0: 400.0, 32.0: 950.0}  # from the send where unknown
+    assert spec["encoding"]["y"]["scale"]["type"] == "log"
