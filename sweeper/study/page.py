@@ -51,6 +51,14 @@ _WORDS = {
         "noise_intro": "Means over the repeats with their 95% Student t-interval; these "
         "differences are within it (Welch's interval of the difference holds 0):",
         "no_flags": "(no flags)",
+        "e2el99": "p99 E2EL ms",
+        "diff": "Against {base}",
+        "diff_note": "Each configuration's change from the first at the same level; significant: "
+        "Welch's 95% interval of the difference across repeats excludes 0.",
+        "diff_note_single": "Each configuration's change from the first at the same level "
+        "(one run each: record with --repeats to tell a change from the noise).",
+        "significant": "significant",
+        "in_noise": "within the noise",
         "interval_note": "With repeats: the mean and, in brackets, its 95% Student t-interval "
         "across the repeats (each repeat one sample).",
     },
@@ -86,6 +94,13 @@ _WORDS = {
         "noise_intro": "数值为各次重复的均值及其 95% Student t 区间；以下差异落在区间之内"
         "（Welch 差值区间包含 0），无法区分：",
         "no_flags": "（无参数）",
+        "e2el99": "p99 E2EL 毫秒",
+        "diff": "与 {base} 对比",
+        "diff_note": "同一档位上各配置相对第一种配置的变化；“显著”表示跨重复的 Welch 95% 差值区间不包含 0。",
+        "diff_note_single": "同一档位上各配置相对第一种配置的变化（每种只录了一次：用 --repeats 重复录制，"
+        "才能区分真实变化和噪声）。",
+        "significant": "显著",
+        "in_noise": "在噪声内",
         "interval_note": "有重复时：数值为各次重复的均值，方括号内为跨重复的 95% Student t 区间（每次重复算一个样本）。",
     },
 }
@@ -145,9 +160,11 @@ def render_study_page(
     out += _best_section(summary, lang, w)
     out += _pareto_section(summary, lang, w)
     out += _find_max_section(summary, lang, w)
+    out += _diff_section(summary, lang, w)
     if summary["indistinguishable"]:
         out += [f"## {w['noise']}", "", w["noise_intro"], ""]
-        out += [f"- {pair['text']}" for pair in summary["indistinguishable"]] + [""]
+        out += [f"- {_noise_sentence(pair, lang, w)}" for pair in summary["indistinguishable"]]
+        out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -203,6 +220,62 @@ def _pareto_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> li
         points = sep.join(f"{_flags(p['flags'], w)} {_level(p, lang)}" for p in front["points"])
         texts.append(w[key].format(points=points or "-"))
     return [f"## {w['pareto']}", "", *(f"- {t}" for t in texts), ""]
+
+
+_METRIC_NAMES = {
+    "en": {"output_throughput_tok_s": "output tok/s", "ttft_ms.p99": "p99 TTFT",
+           "itl_ms.p99": "p99 ITL", "e2el_ms.p99": "p99 E2EL"},
+    "zh": {"output_throughput_tok_s": "输出 tok/s", "ttft_ms.p99": "p99 TTFT",
+           "itl_ms.p99": "p99 ITL", "e2el_ms.p99": "p99 E2EL"},
+}  # fmt: skip
+
+
+def _noise_sentence(pair: dict[str, Any], lang: str, w: dict[str, str]) -> str:
+    """``C=16 and C=32 are not distinguishable at p99 TTFT`` (one configuration's levels) or
+    two configurations at one level, in the page's language."""
+    metric = _METRIC_NAMES[lang].get(pair["metric"], pair["metric"])
+    a, b = pair["a"], pair["b"]
+    if pair["kind"] == "levels":
+        first, second, where = _level(a, lang), _level(b, lang), _flags(a["flags"], w)
+    else:
+        first, second, where = _flags(a["flags"], w), _flags(b["flags"], w), _level(a, lang)
+    if lang == "zh":
+        space = " " if metric[:1].isascii() else ""  # a space between Chinese and Latin only
+        return f"{first} 与 {second} 的{space}{metric} 无法区分（{where}）"
+    return f"{first} and {second} are not distinguishable at {metric} ({where})"
+
+
+_DIFF_METRICS = ("output_throughput_tok_s", "ttft_ms.p99", "itl_ms.p99", "e2el_ms.p99")
+
+
+def _change(item: dict[str, Any], lang: str, w: dict[str, str]) -> str:
+    change = item.get("change_pct")
+    if change is None:
+        return "-"
+    text = ("+" if change >= 0 else "") + fmt_number(change, lang, 1) + "%"
+    significant = item.get("significant")
+    verdict = None if significant is None else w["significant" if significant else "in_noise"]
+    if verdict:
+        text += f"（{verdict}）" if lang == "zh" else f" ({verdict})"
+    return text
+
+
+def _diff_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> list[str]:
+    diffs = summary.get("diffs") or []
+    if not diffs:
+        return []
+    base = _flags(diffs[0]["a"], w)
+    headers = [w["flags"], w["level"], w["out"], w["ttft"], w["itl99"], w["e2el99"]]
+    rows = [
+        [
+            _flags(d["b"], w),
+            _level(d, lang),
+            *(_change(d["metrics"][m], lang, w) for m in _DIFF_METRICS),
+        ]
+        for d in diffs
+    ]
+    note = w["diff_note"] if summary.get("interval") else w["diff_note_single"]
+    return [f"## {w['diff'].format(base=base)}", "", note, "", *_table(headers, rows)]
 
 
 def _find_max_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> list[str]:

@@ -15,7 +15,9 @@
                 {"x": "tokens_per_user_tok_s", "y": "output_throughput_per_gpu_tok_s", ...}],
      "best": {"<slo>": {"flags", "run_id", "level", "concurrency" | "request_rate",
                         "goodput_rps", "output_throughput_tok_s"} | null},
-     "indistinguishable": [{"kind", "metric", "a", "b", "difference", "text"}]}
+     "indistinguishable": [{"kind", "metric", "a", "b", "difference", "text"}],
+     "diffs": [{"a": <first flags>, "b": <flags>, "level", "concurrency" | "request_rate",
+                "metrics": {"<metric>": {"a", "b", "change_pct", "significant"}}}]}
 
 A level of a configuration is one point: with repeats its numbers are the means over the
 repeats (and probes count once each). ``best`` judges each level by the SLO's terms on its
@@ -317,6 +319,60 @@ def _pair(
     return out
 
 
+def _column(path: str) -> str:
+    """A compared metric's point column: ``ttft_ms.p99`` -> ``ttft_p99_ms``."""
+    if "." not in path:
+        return path
+    metric, stat = path.split(".")
+    return f"{metric.removesuffix('_ms')}_{stat}_ms"
+
+
+def _point_key(point: dict[str, Any]) -> tuple[str, float]:
+    if point.get("concurrency") is not None:
+        return ("c", float(point["concurrency"]))
+    rate = point.get("request_rate")
+    return ("rate", math.inf if rate == "inf" else float(rate or 0))
+
+
+def _diffs(configs: list[dict[str, Any]], points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each configuration against the first at each level both measured: the change of
+    throughput and p99 TTFT / ITL / E2EL, and (with repeats on both sides) whether it is
+    significant (Welch's 95% interval of the difference excludes 0; null without repeats)."""
+    if len(configs) < 2:
+        return []
+    base = configs[0]["flags"]
+    by_key = {(p["flags"], _point_key(p)): p for p in points}
+    samples = {
+        c["flags"]: _samples([r["levels"] or [] for r in c.get("repeats", [])]) for c in configs
+    }
+    out = []
+    for point in points:
+        if point["flags"] == base:
+            continue
+        key = _point_key(point)
+        first = by_key.get((base, key))
+        if first is None:
+            continue
+        metrics: dict[str, Any] = {}
+        for path, _ in COMPARED:
+            a, b = first.get(_column(path)), point.get(_column(path))
+            found = difference_interval(
+                [value_at(x, path) for x in samples[base].get(key, [])],
+                [value_at(x, path) for x in samples[point["flags"]].get(key, [])],
+            )
+            metrics[path] = {
+                "a": a,
+                "b": b,
+                "change_pct": (b - a) / a * 100 if a and b is not None else None,
+                "significant": None if found is None else not found[1] <= 0 <= found[2],
+            }
+        item: dict[str, Any] = {"a": base, "b": point["flags"]}
+        item.update({k: point[k] for k in ("level", "concurrency", "request_rate") if k in point})
+        item["metrics"] = metrics
+        out.append(item)
+    return out
+
+
 def summarize_study(
     study_id: str, out: Path | str = "traces", *, slos: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -351,6 +407,7 @@ def summarize_study(
         ],
         "best": _best(points, slo_sets),
         "indistinguishable": _comparisons(configs) if repeated else [],
+        "diffs": _diffs(configs, points),
     }
 
 

@@ -42,6 +42,7 @@ def test_repeats_give_runs_r1_to_rn_and_t_intervals(tmp_path: Path) -> None:
     assert point["output_throughput_tok_s"] == pytest.approx(throughput["mean"])
     for pair in summary["indistinguishable"]:
         assert pair["kind"] == "levels" and "are not distinguishable at" in pair["text"]
+    assert summary["diffs"] == []  # one configuration
     page = render_study_page(summary, "en")
     assert "95% Student t-interval" in page
     low, high = (f"{throughput[k]:,.1f}" for k in ("low", "high"))

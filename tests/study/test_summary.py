@@ -74,6 +74,20 @@ def test_pareto_and_best(out: Path) -> None:
     assert summary["best"]["ttft_p99<=0.1ms"] is None  # no level meets it
 
 
+def test_diffs_against_the_first_configuration(out: Path) -> None:
+    diffs = _summary(out)["diffs"]
+    assert [(d["a"], d["b"], d["concurrency"]) for d in diffs] == [
+        (SEQS_1, SEQS_4, 1), (SEQS_1, SEQS_4, 2)
+    ]  # fmt: skip
+    ttft = diffs[1]["metrics"]["ttft_ms.p99"]
+    assert ttft["change_pct"] == pytest.approx((ttft["b"] - ttft["a"]) / ttft["a"] * 100)
+    assert ttft["change_pct"] < 0  # four slots: the second stream no longer waits
+    assert ttft["significant"] is None  # one run each: nothing to judge the noise by
+    assert set(diffs[0]["metrics"]) == {
+        "output_throughput_tok_s", "ttft_ms.p99", "itl_ms.p99", "e2el_ms.p99"
+    }  # fmt: skip
+
+
 def test_csv_and_table(out: Path) -> None:
     result = invoke(["study", "summary", "cmp", "--out", str(out), "--format", "csv"])
     rows = list(csv.DictReader(io.StringIO(result.output)))
@@ -130,3 +144,5 @@ def test_study_page_in_both_languages(out: Path) -> None:
     zh = render_study_page(summary, "zh")
     assert zh.startswith("# 对比实验 cmp\n")
     assert "各服务等级的最佳选择" in zh and "帕累托前沿" in zh and "完成" in zh
+    assert "## Against `--max-num-seqs 1`" in en and "record with --repeats" in en
+    assert "## 与 `--max-num-seqs 1` 对比" in zh
