@@ -93,3 +93,29 @@ def test_bracket() -> None:
     assert (found.meets, found.next_probe) == (None, None)
     assert bracket({100: True, 105: False}, tolerance=0.1).next_probe is None
     assert bracket({1.0: True, 2.0: False}, integer=False).next_probe == 1.5
+
+
+def test_find_max_over_request_rates(tmp_path: Path) -> None:
+    # One sequence at a time, ~60 ms a request (4 steps of 15 ms): above ~16 req/s requests
+    # queue and the TTFT from the schedule grows without bound.
+    args = study_args(
+        tmp_path, "rate", "--max-num-seqs 1 --step-base-ms 15",
+        extra=("--find-max", "--slo", "ttft_p99<=100ms", "--tolerance", "0.25"),
+    )  # fmt: skip
+    at = args.index("--concurrency")
+    args[at : at + 2] = ["--request-rate", "2,64", "--arrival", "constant"]
+    args[args.index("--requests-per-level") + 1] = "8"
+    args[args.index("--output-len") + 1] = "4"
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    search = read_json(tmp_path / "rate" / "study.json")["configurations"][0]["find_max"]
+    assert search["done"] and search["probes"][0] == 33.0  # the middle of 2 and 64
+    assert search["meets"] is not None and search["fails"] is not None
+    assert search["fails"] - search["meets"] <= 0.25 * search["meets"]
+    assert 2 <= search["meets"] < search["fails"] <= 64
+    summary = json.loads(
+        invoke(["study", "summary", "rate", "--out", str(tmp_path), "--format", "json"]).output
+    )
+    rates = [lv["offered_rate_rps"] for lv in summary["configs"][0]["levels"]]
+    assert rates == sorted(rates) and len(rates) == 2 + len(search["probes"])
+    assert all(p["concurrency"] is None for p in summary["configs"][0]["levels"])
