@@ -59,6 +59,15 @@ def _rate(times_s: Any) -> float:
     return float((values.size - 1) / (values[-1] - values[0]))
 
 
+def scheduled_rate(data: RunFrames, level: int) -> float:
+    """Requests per second the schedule itself asked for at a level (a Poisson schedule's gaps
+    make it differ from the offered rate); NaN where the trace has no scheduled times."""
+    req = _level_requests(data, level)
+    if req is None or "scheduled_s" not in req.columns:
+        return math.nan
+    return _rate(req["scheduled_s"])
+
+
 def sent_rate(data: RunFrames, level: int) -> float:
     """Requests sent per second at a level (``achieved_rate_rps``, else from the send times)."""
     value = data.value(level, "achieved_rate_rps")
@@ -106,6 +115,7 @@ _SIGN_NAMES = {
 class _RateLevel:
     key: int
     offered: float
+    scheduled: float  # the schedule's own rate over the level (Poisson gaps vary); NaN: unknown
     sent: float
     completed: float
     queue_p90: float
@@ -115,8 +125,18 @@ class _RateLevel:
     signs: list[str] = field(default_factory=list)
 
     @property
+    def schedule(self) -> float:
+        """Requests per second the schedule asked for: its own times, else the offered rate."""
+        return self.scheduled if finite(self.scheduled) else self.offered
+
+    @property
     def follow(self) -> float:
-        return self.completed / self.offered if math.isfinite(self.offered) else math.nan
+        """Completed per second against the requests sent per second (the arrivals the server
+        saw), else against the schedule; NaN for all at once (no rate to follow)."""
+        if not math.isfinite(self.offered):
+            return math.nan
+        arrivals = self.sent if finite(self.sent) else self.schedule
+        return self.completed / arrivals if finite(arrivals) and arrivals > 0 else math.nan
 
 
 def _rate_levels(data: RunFrames, th: Thresholds) -> list[_RateLevel]:
@@ -128,6 +148,7 @@ def _rate_levels(data: RunFrames, th: Thresholds) -> list[_RateLevel]:
             _RateLevel(
                 key=c,
                 offered=rates.get(c, math.nan),
+                scheduled=scheduled_rate(data, c),
                 sent=sent_rate(data, c),
                 completed=completed_rate(data, c),
                 queue_p90=data.value(c, "client_queue_p90_ms"),
@@ -150,13 +171,9 @@ def _rate_levels(data: RunFrames, th: Thresholds) -> list[_RateLevel]:
 def _signs(lv: _RateLevel, base_ttft: float, baseline: float, th: Thresholds) -> list[str]:
     signs = []
     frac = th.saturation_follow_fraction
-    if math.isfinite(lv.offered) and finite(lv.sent) and lv.sent < frac * lv.offered:
+    if math.isfinite(lv.offered) and finite(lv.sent) and lv.sent < frac * lv.schedule:
         signs.append("sent")
-    if (
-        math.isfinite(lv.offered)
-        and finite(lv.completed)
-        and lv.completed < frac * baseline * lv.offered
-    ):
+    if finite(lv.follow) and lv.follow < frac * baseline:
         signs.append("completed")
     if finite(lv.queue_p90) and lv.queue_p90 >= th.saturation_client_queue_ms:
         signs.append("client_queue")
@@ -258,33 +275,33 @@ def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, cap: int | None
     """One sentence per sign seen at the saturated level, with its numbers (``cap``: the
     workload's --max-concurrency). The completion rate is not said twice where the client
     already sent fewer."""
-    offered = Num(lv.offered, 2) if math.isfinite(lv.offered) else "?"
     if "sent" in lv.signs and cap:
         text.add(
             N_(
-                "At {b} the client sent only {sent} req/s of the {offered} offered: requests "
-                "waited for a place under --max-concurrency {cap}."
+                "At {b} the client sent only {sent} req/s where its schedule asked for {sched}: "
+                "requests waited for a place under --max-concurrency {cap}."
             ),
             b=Level(lv.key),
             sent=Num(lv.sent, 2),
-            offered=offered,
+            sched=Num(lv.schedule, 2),
             cap=Num(cap, 0),
         )
     elif "sent" in lv.signs:
         text.add(
             N_(
-                "At {b} the client sent only {sent} req/s of the {offered} offered: with no "
-                "--max-concurrency cap, the client itself fell behind its schedule."
+                "At {b} the client sent only {sent} req/s where its schedule asked for {sched}: "
+                "with no --max-concurrency cap, the client itself fell behind its schedule."
             ),
             b=Level(lv.key),
             sent=Num(lv.sent, 2),
-            offered=offered,
+            sched=Num(lv.schedule, 2),
         )
     elif "completed" in lv.signs:
         text.add(
-            N_("At {b} only {done} req/s completed ({share} of the offered rate)."),
+            N_("At {b} only {done} req/s completed of the {arrived} req/s sent ({share})."),
             b=Level(lv.key),
             done=Num(lv.completed, 2),
+            arrived=Num(lv.sent if finite(lv.sent) else lv.schedule, 2),
             share=Pct(lv.follow, 0),
         )
     if "client_queue" in lv.signs:
@@ -357,9 +374,9 @@ def _unsaturated_words(text: Text, levels: list[_RateLevel], th: Thresholds) -> 
     follows = [lv.follow for lv in levels if finite(lv.follow)]
     text.add(
         N_(
-            "The server keeps up with every offered rate up to {top}: at each level at least "
-            "{frac} of the offered requests per second completed, and no queue grew. Its "
-            "saturation rate lies above the sweep: offer higher rates to find it."
+            "The server keeps up with every offered rate up to {top}: at each level it completed "
+            "at least {frac} of the requests sent per second, and no queue grew. Its saturation "
+            "rate lies above the sweep: offer higher rates to find it."
         ),
         top=Level(top.key),
         frac=Pct(min(follows) if follows else th.saturation_follow_fraction, 0),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,17 +115,24 @@ def rate_level(
     *,
     client_cap: int | None = None,
     spans: Spans | None = None,
+    poisson_seed: int | None = None,
 ) -> tuple[list[RequestTrace], float]:
     """One rate level from ``origin_s``; returns its traces and when its last request ended.
     ``client_cap``: at most this many requests in flight (``--max-concurrency``): a request
-    waits in the client until one ends."""
+    waits in the client until one ends. ``poisson_seed``: exponential gaps (a Poisson schedule)
+    instead of constant ones."""
     gap = 0.0 if math.isinf(rate) else 1.0 / rate
+    rng = random.Random(poisson_seed)
+    at = [0.0]
+    for _ in range(requests - 1):
+        step = rng.expovariate(rate) if poisson_seed is not None and gap else gap
+        at.append(at[-1] + step)
     free = [origin_s] * server.slots  # when each server slot frees
     client = [origin_s] * (client_cap or requests)  # when each client slot frees
     out: list[RequestTrace] = []
     last = origin_s
     for i in range(requests):
-        sched = origin_s + i * gap
+        sched = origin_s + at[i]
         send = max(sched, heapq.heappop(client))
         start = max(send, heapq.heappop(free))
         trace, end = _one(server, key, i, sched, start, None, send)
@@ -219,6 +227,7 @@ def write_rate_run(
     kv_cache_tokens: int | None = None,
     client_cap: int | None = None,
     scrape: bool = False,
+    poisson_seed: int | None = None,
 ) -> Path:
     """A rate sweep against the toy server, one level per offered rate; ``client_cap``: the
     client's --max-concurrency; ``scrape``: the server's running / waiting gauges scraped."""
@@ -227,7 +236,16 @@ def write_rate_run(
     t = 0.0
     spans = Spans([], [])
     for key, rate in enumerate(rates, start=1):
-        level, end = rate_level(server, key, rate, requests, t, client_cap=client_cap, spans=spans)
+        level, end = rate_level(
+            server,
+            key,
+            rate,
+            requests,
+            t,
+            client_cap=client_cap,
+            spans=spans,
+            poisson_seed=None if poisson_seed is None else poisson_seed + key,
+        )
         traces += level
         t = end + 0.5
     manifest = rate_manifest(

@@ -209,3 +209,17 @@ def test_summary_only_rates_are_a_guess_and_sentences_start_with_a_capital(
         "The all-at-once level is the highest rate swept"
         in finding(found, "recommended").text["en"]
     )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_poisson_gaps_are_not_taken_for_saturation(tmp_path: Path, seed: int) -> None:
+    """A Poisson schedule's own rate over 40 requests differs from the offered one by ~16%: the
+    completions are judged against the requests actually sent, not the nominal rate."""
+    # (8 req/s is too close to the ~11 req/s the server completes: a draw can outrun it)
+    path = write_rate_run(tmp_path, "poisson", [1.0, 2.0, 4.0, 6.0], poisson_seed=seed)
+    assert finding(analyze_run(load_trace_set(path)), "knee").numbers["saturation_level"] is None
+    path = write_rate_run(tmp_path, "poisson-sat", SATURATING, poisson_seed=seed)
+    knee = finding(analyze_run(load_trace_set(path)), "knee")
+    # 16 req/s; a draw of 8 req/s that outran the ~11 req/s the server completes is saturated too
+    assert knee.numbers["saturation_level"] in (3, 4, 5)
+    assert "completed" in knee.numbers["evidence"]
