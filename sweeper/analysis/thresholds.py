@@ -38,8 +38,9 @@ class Thresholds:
 
     # 3, open loop (a rate sweep): the saturation rate
     saturation_follow_fraction: float = 0.9
-    """A rate level whose completed (or sent) requests per second fall below this fraction of
-    the offered rate: the server (or the client) no longer keeps up with the schedule."""
+    """A rate level whose completed requests per second fall below this fraction of the requests
+    sent per second (or whose sends fall below this fraction of what its schedule asked for):
+    the server (or the client) no longer keeps up."""
     saturation_client_queue_ms: float = 100.0
     """p90 client queue (sent - scheduled) at or above this (ms): requests wait in the client
     before they are sent (a --max-concurrency cap full, or the client itself behind)."""
