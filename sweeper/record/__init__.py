@@ -4,7 +4,10 @@
 folder. Modules, in the order data flows: :mod:`~sweeper.record.sse` (SSE bytes -> events ->
 tokens), :mod:`~sweeper.record.client` (one timed request), :mod:`~sweeper.record.workload`
 (levels and exact-length prompts), :mod:`~sweeper.record.serverinfo` (what the server says about
-itself), :mod:`~sweeper.record.scrape` (Prometheus), :mod:`~sweeper.record.recorder` (the sweep).
+itself), :mod:`~sweeper.record.scrape` (Prometheus), :mod:`~sweeper.record.schedule` (open-loop
+arrivals), :mod:`~sweeper.record.prompts` (what each request says: random, a dataset, a replay),
+:mod:`~sweeper.record.sessions` (multi-turn), :mod:`~sweeper.record.levels` (a level's requests),
+:mod:`~sweeper.record.recorder` (the sweep).
 """
 
 from sweeper.record.config import RecordConfig

@@ -54,6 +54,7 @@ CONNECTIONS_HEADROOM = 2
 # A rate level's schedule starts this long after the parent hands out the specs, so that every
 # worker has its share before the first request is due.
 WORKER_LEAD_NS = 200_000_000
+WORKER_LEAD_PER_SPEC_NS = 50_000  # and this per request: the specs travel pickled
 
 
 def worker_requests_name(index: int) -> str:
