@@ -10,6 +10,7 @@ of its flags, grouped under one study manifest, compared side by side.
 - :mod:`~sweeper.study.search`: ``--find-max``, bisecting for the highest level meeting an SLO;
 - :mod:`~sweeper.study.stats`: means and 95% t-intervals across repeats;
 - :mod:`~sweeper.study.summary`: :func:`summarize_study`, the JSON of ``sweeper study summary``;
+- :mod:`~sweeper.study.charts`: the study charts (curves with intervals, the Pareto chart);
 - :mod:`~sweeper.study.page`: :func:`render_study_page`, the study page (Markdown, en + zh).
 """
 

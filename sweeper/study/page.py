@@ -134,9 +134,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_study_page(
-    summary: dict[str, Any], lang: str = "en", *, run_link: Callable[[str], str] | None = None
+    summary: dict[str, Any],
+    lang: str = "en",
+    *,
+    run_link: Callable[[str], str] | None = None,
+    charts: bool = True,
 ) -> str:
-    """The study page in ``lang`` (``en`` / ``zh``) as Markdown."""
+    """The study page in ``lang`` (``en`` / ``zh``) as Markdown; ``charts``: with the curves and
+    the Pareto chart (Vega-Lite specs in ``div``s, as the run pages embed theirs)."""
     lang = check_language(lang)
     w = _WORDS[lang]
     link = run_link or (lambda run_id: "")
@@ -157,6 +162,8 @@ def render_study_page(
         rows.append([_flags(config["flags"], w), status, run_cell(config["run_id"]), error])
     out += _table([w["flags"], w["status"], w["run"], w["error"]], rows)
     out += _side_by_side(summary, lang, w)
+    if charts and summary["points"]:
+        out += _charts(summary, lang)
     out += _best_section(summary, lang, w)
     out += _pareto_section(summary, lang, w)
     out += _find_max_section(summary, lang, w)
@@ -166,6 +173,33 @@ def render_study_page(
         out += [f"- {_noise_sentence(pair, lang, w)}" for pair in summary["indistinguishable"]]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+_CHART_LABELS = {
+    "en": ({}, {}),
+    "zh": (
+        {"x": "输出 tok/s", "y": "p99 TTFT（毫秒，对数）", "config": "配置"},
+        {
+            "x": "p99 TTFT（毫秒，对数）",
+            "y": "每 GPU 输出 tok/s",
+            "config": "配置",
+            "front": "帕累托前沿",
+        },
+    ),
+}
+
+
+def _charts(summary: dict[str, Any], lang: str) -> list[str]:
+    from sweeper.report.markup import chart_html
+    from sweeper.study.charts import chart_study_curves, chart_study_pareto
+
+    curves, front = _CHART_LABELS[lang]
+    return [
+        chart_html(chart_study_curves(summary, curves)),
+        "",
+        chart_html(chart_study_pareto(summary, front)),
+        "",
+    ]
 
 
 def _with_interval(value: Any, interval: dict[str, Any] | None, lang: str, digits: int) -> str:

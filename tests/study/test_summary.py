@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.study import render_study_page
 from sweeper.study.stats import difference_interval, indistinguishable, mean_interval, t95
 from sweeper.study.summary import pareto
 from tests.study.helpers import invoke, study_args
@@ -133,8 +134,6 @@ def test_t_intervals() -> None:
 
 
 def test_study_page_in_both_languages(out: Path) -> None:
-    from sweeper.study import render_study_page
-
     summary = _summary(out, "--slo", "ttft_p99<=10s")
     en = render_study_page(summary, "en", run_link=lambda run_id: f"../runs/{run_id}.md")
     assert en.startswith("# Study cmp\n")
@@ -146,3 +145,21 @@ def test_study_page_in_both_languages(out: Path) -> None:
     assert "各服务等级的最佳选择" in zh and "帕累托前沿" in zh and "完成" in zh
     assert "## Against `--max-num-seqs 1`" in en and "record with --repeats" in en
     assert "## 与 `--max-num-seqs 1` 对比" in zh
+
+
+def test_study_charts_are_valid_vega_lite(out: Path) -> None:
+    from sweeper.study.charts import chart_study_curves, chart_study_pareto
+
+    summary = _summary(out)
+    curves = chart_study_curves(summary).to_dict()  # validated against the Vega-Lite schema
+    line = curves["layer"][0]
+    assert line["encoding"]["color"]["field"] == "config"
+    assert line["encoding"]["y"]["scale"] == {"type": "log"}
+    assert {row["config"] for row in curves["datasets"][line["data"]["name"]]} == {SEQS_1, SEQS_4}
+    pareto_chart = chart_study_pareto(summary).to_dict()
+    front = pareto_chart["layer"][0]
+    front_rows = pareto_chart["datasets"][front["data"]["name"]]
+    assert len(front_rows) == len(summary["pareto"][0]["points"])
+    page = render_study_page(summary, "zh")
+    assert page.count('class="sweeper-chart"') == 2 and "帕累托前沿" in page
+    assert 'class="sweeper-chart"' not in render_study_page(summary, "en", charts=False)
