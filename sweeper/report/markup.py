@@ -29,7 +29,8 @@ _ESCAPES["\n"] = " "
 
 
 def tr(lang: str, message: str) -> str:
-    """A sentence of the pages in ``lang`` (extracted by ``pybabel extract -k tr:2``)."""
+    """A sentence of the pages in ``lang`` (extracted by ``pybabel extract -k tr:2 -k trn:2,3
+    -k tl -k N_``; ``tl`` is a page's level-naming :meth:`tr`)."""
     return gettext(lang, DOMAIN, message)
 
 

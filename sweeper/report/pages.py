@@ -20,7 +20,7 @@ import pandas as pd
 
 from sweeper.analysis.frames import gpus_of
 from sweeper.findings.levels import level_name, level_rates, level_template, level_text
-from sweeper.i18n import fmt_date, fmt_fixed, fmt_number, fmt_percent, join_list
+from sweeper.i18n import N_, fmt_date, fmt_fixed, fmt_number, fmt_percent, join_list
 from sweeper.report import charts
 from sweeper.report.advice import next_steps
 from sweeper.report.markup import (
@@ -83,7 +83,8 @@ class _Page:
 
     def tl(self, message: str) -> str:
         """A translated message whose ``C={x}`` placeholders take :meth:`lv` (a rate run's
-        level is named by its rate; a closed loop's message is unchanged)."""
+        level is named by its rate; a closed loop's message is unchanged). Extracted with
+        ``pybabel extract -k tl``."""
         return level_template(tr(self.lang, message), self.rates)
 
     def lv(self, level: int) -> str:
@@ -555,12 +556,16 @@ def _kv_section(page: _Page) -> None:
     if server is not None and "kv_usage_max" in server and server["kv_usage_max"].notna().any():
         observed = server
     message = (
-        "Bars: the KV cache each level needs, the requests in flight (the mean measured from the "
-        "trace) × {tokens} tokens per request, as a share of the pool ({capacity} tokens). The "
-        "dashed line is the pool's capacity."
+        N_(
+            "Bars: the KV cache each level needs, the requests in flight (the mean measured from "
+            "the trace) × {tokens} tokens per request, as a share of the pool ({capacity} tokens). "
+            "The dashed line is the pool's capacity."
+        )
         if page.rates
-        else "Bars: the KV cache each level needs, C × {tokens} tokens per request, as a share of "
-        "the pool ({capacity} tokens). The dashed line is the pool's capacity."
+        else N_(
+            "Bars: the KV cache each level needs, C × {tokens} tokens per request, as a share of "
+            "the pool ({capacity} tokens). The dashed line is the pool's capacity."
+        )
     )
     caption = tr(lang, message).format(
         tokens=fmt_number(per_request, lang, 0), capacity=fmt_number(capacity, lang, 0)

@@ -188,10 +188,9 @@ def test_every_page_word_has_a_chinese_translation() -> None:
     import sweeper
 
     package = Path(sweeper.__file__).parent
-    keywords = {"tr": (2,), "N_": None, "trn": (2, 3)}
+    keywords = {"tr": (2,), "N_": None, "trn": (2, 3), "tl": (1,)}
     found = set()
-    for name in ("pages.py", "site.py", "charts.py", "advice.py", "provenance.py", "markup.py"):
-        source = package / "report" / name
+    for source in sorted((package / "report").glob("*.py")):
         for _, message, _, _ in extract_from_file("python", source, keywords=keywords):
             found.add(message)
     with (package / "locale" / "zh" / "LC_MESSAGES" / "pages.po").open("rb") as fh:
