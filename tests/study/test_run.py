@@ -4,6 +4,8 @@ not start, ``--resume`` that redoes nothing finished, and the flag sets."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,18 @@ def test_secrets_in_the_template_are_masked_in_the_study(tmp_path: Path) -> None
     # Resuming needs the template again: the stored one lacks its secret.
     again = invoke(["study", "run", "sec", "--resume", "--out", str(tmp_path)])
     assert again.exit_code == 1 and "pass --serve again" in again.output
+
+
+def test_a_server_that_never_answers_times_out_naming_its_last_log_line(tmp_path: Path) -> None:
+    script = "import time; print('loading weights 3/7', flush=True); time.sleep(120)"
+    template = f"{sys.executable} -c {shlex.quote(script)} {{port}} {{flags}}"
+    result = invoke([
+        "study", "run", "slow", "--serve", template, "--start-timeout", "1.5",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 1
+    configuration = read_json(tmp_path / "slow" / "study.json")["configurations"][0]
+    assert configuration["status"] == "failed"
+    assert "did not answer /health or /v1/models within 1.5 s" in configuration["error"]
+    assert "its last log line: loading weights 3/7" in configuration["error"]
+    assert not (tmp_path / "slow" / "server.pid").exists()  # stopped, not left waiting
