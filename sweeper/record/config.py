@@ -231,11 +231,6 @@ class RecordConfig:
                 f"--sessions with --dataset {self.dataset}: a conversation's turns are built "
                 "from random prompts of --input-len; leave out --dataset"
             )
-        if self.workers > 1:
-            raise ConfigError(
-                "--sessions with --workers: a conversation's history lives in one process; "
-                "pass --workers 1"
-            )
         if self.set_by_user("requests_per_level") or self.duration_s is not None:
             raise ConfigError(
                 "--sessions N --turns K sets a level's requests (N x K); leave out "

@@ -249,7 +249,7 @@ async def _send_level(
 
     if not workload.open_loop:
         if workload.sessions:
-            await _closed_sessions(sweep, key, specs, keep, sent)
+            await _closed_sessions(sweep, key, specs, keep, sent, pool)
         elif specs:
             await closed(key, specs)
     else:
@@ -288,6 +288,13 @@ async def _open_level(
     specs.sort(key=lambda spec: spec.scheduled_ns or 0)
     workload = run.manifest.workload
     cap = workload.max_concurrency
+    if workload.sessions and pool is not None:
+        result = await pool.run_level(
+            sweep.url, sweep.endpoint, 0, specs, keep, open_loop=True, cap=cap,
+            think_ms=workload.think_time_ms or 0.0,
+        )  # fmt: skip
+        _merge(sent, result)
+        return
     if workload.sessions:
         sent.late_ns += await open_conversations(
             conversations(specs), _session_send(sweep, keep, sent), clock=run.clock,
@@ -327,17 +334,26 @@ async def _closed_sessions(
     specs: list[RequestSpec],
     keep: Callable[[RequestTrace], bool],
     sent: _Sent,
+    pool: WorkerPool | None = None,
 ) -> None:
     """A closed-loop level of conversations: the warm-up first, then C streams, each running
-    one conversation at a time."""
+    one conversation at a time (on the workers: each conversation on one of them)."""
     run = sweep.run
+    think_ms = run.manifest.workload.think_time_ms or 0.0
     warm = [s for s in specs if s.phase == "warmup"]
+    measured = [s for s in specs if s.phase == "measured"]
+    if pool is not None:
+        for part, think in ((warm, None), (measured, think_ms)):
+            if part:
+                _merge(sent, await pool.run_level(
+                    sweep.url, sweep.endpoint, streams, part, keep, think_ms=think
+                ))  # fmt: skip
+        return
     if warm:
         await _stream_level(sweep, streams, warm, keep, sent.stamps)
     await closed_conversations(
-        conversations([s for s in specs if s.phase == "measured"]), streams,
-        _session_send(sweep, keep, sent), clock=run.clock, origin_ns=run.origin_ns,
-        think_ms=run.manifest.workload.think_time_ms or 0.0,
+        conversations(measured), streams, _session_send(sweep, keep, sent), clock=run.clock,
+        origin_ns=run.origin_ns, think_ms=think_ms,
     )  # fmt: skip
 
 

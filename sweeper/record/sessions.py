@@ -8,6 +8,7 @@ turns arrive on the level's schedule; each later turn is due at the end of the p
 plus the think time, and records that as its ``scheduled_ns`` (so a late start shows as client
 queue). A failed turn leaves an empty answer in the history; the conversation goes on.
 
+With ``--workers`` each conversation is run by one worker (its history is in that process).
 A resumed level sends a conversation's missing turns; the history of turns recorded before the
 resume is not in the trace set (it keeps no text), so those turns start from the turns sent
 since.
@@ -16,7 +17,6 @@ since.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Awaitable, Callable
 
 from sweeper.record.client import RequestSpec
@@ -32,11 +32,17 @@ Send = Callable[[RequestSpec], Awaitable[tuple[RequestTrace, bool]]]
 def conversations(specs: list[RequestSpec]) -> list[list[RequestSpec]]:
     """The specs grouped by conversation, turns in order (a spec without one stands alone)."""
     groups: list[list[RequestSpec]] = []
-    for session, group in itertools.groupby(specs, key=lambda s: s.session):
-        if session is None:
-            groups += [[spec] for spec in group]
+    by_session: dict[int, list[RequestSpec]] = {}
+    for spec in specs:
+        if spec.session is None:
+            groups.append([spec])
+        elif spec.session in by_session:
+            by_session[spec.session].append(spec)
         else:
-            groups.append(sorted(group, key=lambda s: s.turn or 0))
+            by_session[spec.session] = [spec]
+            groups.append(by_session[spec.session])
+    for group in by_session.values():
+        group.sort(key=lambda s: s.turn or 0)
     return groups
 
 

@@ -41,6 +41,7 @@ from sweeper.record.config import CONNECT_TIMEOUT_S
 from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor
 from sweeper.record.schedule import send_on_schedule
+from sweeper.record.sessions import closed_conversations, conversations, open_conversations
 from sweeper.record.stamps import StampStats
 from sweeper.redact import Redactor
 from sweeper.schema import RequestTrace
@@ -84,6 +85,7 @@ class LevelJob:
     specs: list[RequestSpec]
     open_loop: bool = False  # send each spec at its scheduled_ns instead of in streams
     cap: int | None = None  # open loop: requests in flight at most
+    think_ms: float | None = None  # multi-turn: the specs are conversations (None: single)
 
 
 @dataclass
@@ -106,6 +108,27 @@ def split_level(
         n_streams = len(range(w, streams, used))
         mine = [spec for i, spec in enumerate(specs) if (i % streams) % used == w]
         shares.append((n_streams, mine))
+    return shares
+
+
+def _deal(
+    specs: list[RequestSpec], streams: int, workers: int, open_loop: bool, sessions: bool
+) -> list[tuple[int, list[RequestSpec]]]:
+    """(streams, specs) per worker: :func:`split_level` for a closed loop; in turn for an open
+    one; whole conversations in turn where there are (a closed loop's streams split as
+    :func:`split_level` splits them)."""
+    if not sessions:
+        if not open_loop:
+            return split_level(specs, streams, workers)
+        dealt = [specs[w::workers] for w in range(workers)]
+        return [(0, mine) for mine in dealt if mine]
+    groups = conversations(specs)
+    used = workers if open_loop else min(workers, streams)
+    shares: list[tuple[int, list[RequestSpec]]] = []
+    for w in range(used):
+        mine = [spec for group in groups[w::used] for spec in group]
+        if mine:
+            shares.append((0 if open_loop else len(range(w, streams, used)), mine))
     return shares
 
 
@@ -166,22 +189,21 @@ class WorkerPool:
     async def run_level(
         self, url: str, endpoint: str, concurrency: int, specs: list[RequestSpec],
         on_trace: Callable[[RequestTrace], bool], *, open_loop: bool = False,
-        cap: int | None = None,
+        cap: int | None = None, think_ms: float | None = None,
     ) -> LevelResult:  # fmt: skip
         """Run one level on the workers: ``concurrency`` closed-loop streams, or (``open_loop``)
-        each spec at its ``scheduled_ns``, the specs dealt in turn. ``on_trace`` is called per
-        finished request; when it returns False the workers stop taking new requests (the
-        error-rate stop)."""
+        each spec at its ``scheduled_ns``, the specs dealt in turn; with ``think_ms``
+        (multi-turn) whole conversations are dealt, each run by one worker. ``on_trace`` is
+        called per finished request; when it returns False the workers stop taking new
+        requests (the error-rate stop)."""
         self._stop.clear()
-        if open_loop:
-            dealt = [specs[w :: self.count] for w in range(self.count)]
-            shares = [(0, mine) for mine in dealt if mine]
-        else:
-            shares = split_level(specs, concurrency, self.count)
+        shares = _deal(specs, concurrency, self.count, open_loop, think_ms is not None)
         for index, (streams, mine) in enumerate(shares):
             for spec in mine:
                 spec.worker = index
-            job = LevelJob(url, endpoint, streams, mine, open_loop=open_loop, cap=cap)
+            job = LevelJob(
+                url, endpoint, streams, mine, open_loop=open_loop, cap=cap, think_ms=think_ms
+            )
             self._commands[index].put(job)
         result = LevelResult()
         pending = len(shares)
@@ -284,9 +306,9 @@ async def _worker_loop(
             stamps = StampStats()
             dropped_before = set(shaper.dropped)
 
-            async def send(
+            async def send_pair(
                 spec: RequestSpec, job: LevelJob = job, stamps: StampStats = stamps
-            ) -> bool:
+            ) -> tuple[RequestTrace, bool]:
                 trace = await stream_request(
                     client, job.url, spec, endpoint=job.endpoint, origin_ns=settings.origin_ns,
                     timeout_s=settings.timeout_s, shaper=shaper, clock=default_clock,
@@ -295,15 +317,9 @@ async def _worker_loop(
                 line = trace.model_dump_json(exclude_none=True)
                 writer.append_request(trace)
                 results.put(("trace", line))
-                return not stop.is_set()
+                return trace, not stop.is_set()
 
-            late: list[int] = []
-            if job.open_loop:
-                late = await send_on_schedule(
-                    job.specs, send, origin_ns=settings.origin_ns, clock=default_clock, cap=job.cap
-                )
-            else:
-                await _closed_loop(job, send, stop)
+            late = await _run_job(job, send_pair, settings.origin_ns, stop)
             lag.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await lag_task
@@ -312,6 +328,38 @@ async def _worker_loop(
             results.put(("level_done", lag.samples_ms, stamps.state(), late))
     writer.close()
     watchdog.cancel()
+
+
+async def _run_job(
+    job: LevelJob,
+    send_pair: Callable[[RequestSpec], Awaitable[tuple[RequestTrace, bool]]],
+    origin_ns: int,
+    stop: Any,
+) -> list[int]:
+    """A job's requests, as the parent asked; the open loop's start lateness (ns)."""
+
+    async def send(spec: RequestSpec) -> bool:
+        return (await send_pair(spec))[1]
+
+    clock = default_clock
+    if job.think_ms is not None:
+        groups = conversations(job.specs)
+        if job.open_loop:
+            return await open_conversations(
+                groups, send_pair, clock=clock, origin_ns=origin_ns, think_ms=job.think_ms,
+                cap=job.cap,
+            )  # fmt: skip
+        await closed_conversations(
+            groups, job.streams, send_pair, clock=clock, origin_ns=origin_ns,
+            think_ms=job.think_ms,
+        )  # fmt: skip
+        return []
+    if job.open_loop:
+        return await send_on_schedule(
+            job.specs, send, origin_ns=origin_ns, clock=clock, cap=job.cap
+        )
+    await _closed_loop(job, send, stop)
+    return []
 
 
 async def _closed_loop(

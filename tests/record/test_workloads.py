@@ -219,7 +219,6 @@ def test_workload_options_that_cannot_work_together_are_refused(tmp_path: Path) 
         ({"dataset": f"mooncake:{data}", "request_rate": [2.0]}, "leave out --request-rate"),
         ({"dataset": f"mooncake:{data}", "trace_speedup": 0.0}, "--trace-speedup 0 must be"),
         ({"dataset": "sharegpt:/no/such.json"}, "no file at /no/such.json"),
-        ({"sessions": 2, "turns": 2, "workers": 2, "concurrency": [1]}, "pass --workers 1"),
     ]
     for changes, message in cases:
         config = _config("http://x", tmp_path, **changes)
@@ -255,3 +254,26 @@ def test_a_multi_turn_level_resumes_the_turns_it_lacks(tmp_path: Path) -> None:
     assert sorted((r.session, r.turn) for r in ts.requests) == [
         (s, t) for s in (1, 2, 3, 4) for t in (1, 2, 3)
     ]
+
+
+@pytest.mark.parametrize("rate", [None, 50.0])
+def test_workers_run_whole_conversations(process_server: object, tmp_path: Path, rate) -> None:
+    """With --workers 2 each conversation runs in one worker, its turns in order, its history
+    growing as in one process (closed loop, and open loop where later turns follow the
+    previous answer)."""
+    base_url = process_server.base_url  # type: ignore[attr-defined]
+    changes: dict[str, object] = {"request_rate": [rate]} if rate else {"concurrency": [2]}
+    if rate:
+        changes["concurrency"] = RecordConfig().concurrency
+    folder = record_sweep(
+        _config(base_url, tmp_path, endpoint="chat", sessions=4, turns=3, workers=2,
+                requests_per_level=RequestCount(), metrics_urls=[], **changes)
+    )  # fmt: skip
+    ts = load_trace_set(folder)
+    measured = [r for r in ts.requests if r.phase == "measured"]
+    assert len(measured) == 12 and {r.worker for r in measured} == {0, 1}
+    for session in (1, 2, 3, 4):
+        turns = sorted((r for r in measured if r.session == session), key=lambda r: r.turn or 0)
+        assert len({r.worker for r in turns}) == 1  # one worker holds the history
+        assert [r.prompt_tokens for r in turns] == [12, 28, 44]  # 12 t + 4 (t - 1)
+        assert all(b.send_ns >= a.send_ns + (a.end_ns or 0) for a, b in itertools.pairwise(turns))
