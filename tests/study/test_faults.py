@@ -12,9 +12,9 @@ from pathlib import Path
 from sweeper.store import load_trace_set, read_manifest
 from tests.study.helpers import SWEEPER, alive, invoke, read_json, study_args, wait_for
 
-# Config 1 is over in a blink; config 2 decodes 10 ms a step, 100 tokens a request: seconds.
+# Config 1 is over in a blink; config 2 decodes 10 ms a step, 60 tokens a request: seconds.
 FAST, SLOW = "--step-base-ms 1", "--step-base-ms 10"
-LONG = ("--output-len", "100")
+LONG = ("--output-len", "60")
 
 
 def _start(out: Path, study_id: str, *configs: str) -> subprocess.Popen[bytes]:
