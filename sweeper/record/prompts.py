@@ -19,6 +19,7 @@ A :class:`PromptSource` turns (level, index) into a :class:`~sweeper.record.clie
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from dataclasses import dataclass, field
@@ -80,8 +81,14 @@ class PromptSource:
     counter: TokenCounter | None = None
     dataset: Dataset | None = None
     output_given: bool = False  # --output-len given: it wins over a dataset's lengths
+    max_model_len: int | None = None  # the server's: dataset prompts that do not fit are left out
     inexact: int = 0  # replayed prompts not built to their exact length
+    too_long: int = 0  # dataset items left out: prompt + output past max_model_len
     _order: list[int] = field(default_factory=list)
+    _fitting: list[int] = field(default_factory=list)  # items that fit, in the seeded order
+    _scanned: int = 0  # of _order
+    _scan_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _counts: dict[str, int] = field(default_factory=dict)
     _blocks: dict[Any, Any] = field(default_factory=dict)
     _overhead: int | None = None
 
@@ -100,11 +107,41 @@ class PromptSource:
         warm = w.warmup_requests.get(str(key), w.warmup_per_level)
         return warm + w.requests_per_level.get(str(key), 0)
 
-    def _item(self, key: int, index: int) -> DatasetItem:
+    async def _item(self, key: int, index: int) -> DatasetItem:
+        """The dataset item of request ``index`` of level ``key``: the sweep's requests take
+        the items that fit the server's context in the seeded order, level after level,
+        starting again from the first when the file runs out."""
         assert self.dataset is not None
         levels = self.workload.concurrency_levels
-        start = sum(self._level_size(k) for k in levels[: levels.index(key)])
-        return self.dataset.items[self._order[(start + index) % len(self._order)]]
+        position = sum(self._level_size(k) for k in levels[: levels.index(key)]) + index
+        async with self._scan_lock:  # specs are built concurrently; the scan is shared
+            while len(self._fitting) <= position and self._scanned < len(self._order):
+                candidate = self._order[self._scanned]
+                self._scanned += 1
+                if await self._fits(self.dataset.items[candidate]):
+                    self._fitting.append(candidate)
+                else:
+                    self.too_long += 1
+        if not self._fitting:
+            raise ConfigError(
+                f"--dataset {self.workload.dataset}: no prompt fits the server's "
+                f"max_model_len {self.max_model_len} with its output length"
+            )
+        return self.dataset.items[self._fitting[position % len(self._fitting)]]
+
+    async def _fits(self, item: DatasetItem) -> bool:
+        """Whether the item's prompt and output fit ``max_model_len`` (unknown: yes), as
+        ``vllm bench serve`` leaves out the ShareGPT entries that do not."""
+        if self.max_model_len is None or self.counter is None or not item.prompt:
+            return True
+        output = await self._output_len(item) or 0
+        return await self._count(item.prompt) + output <= self.max_model_len
+
+    async def _count(self, text: str) -> int:
+        assert self.counter is not None
+        if text not in self._counts:
+            self._counts[text] = await self.counter(text)
+        return self._counts[text]
 
     def offsets(self, key: int, warmup: int) -> list[int]:
         """A rate level's due times (ns after its start) by measured index; [] closed loop."""
@@ -142,10 +179,10 @@ class PromptSource:
             self.inexact += not exact
             asked_in, asked_out = item.input_len, item.output_len
         elif kind in ("sharegpt", "jsonl"):
-            item = self._item(key, index)
+            item = await self._item(key, index)
             prompt = item.prompt or ""
             messages = list(item.messages) if item.messages is not None else None
-            asked_in = await self.counter(prompt) if self.counter and prompt else None
+            asked_in = await self._count(prompt) if self.counter and prompt else None
             asked_out = await self._output_len(item)
         else:
             prompt = await self.builder.build(key, index, target=asked_in)

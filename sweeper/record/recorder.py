@@ -75,6 +75,7 @@ from sweeper.schema import (
     METRICS_FILE,
     RunManifest,
     Workload,
+    fact_value,
     strip_credentials,
 )
 from sweeper.store import (
@@ -343,9 +344,11 @@ def _prompt_source(
         shared_prefix=workload.unique_prefix is False,
         max_len=length_bounds(input_len, workload.input_len_range or 0)[1],
     )
+    context = fact_value(manifest.server.config.max_model_len)
     return PromptSource(
         workload, manifest.target.endpoint, model, manifest.run_id, builder, counter, dataset,
         output_given=dataset is not None and config.set_by_user("output_len"),
+        max_model_len=context if isinstance(context, int) else None,
     )  # fmt: skip
 
 
@@ -419,6 +422,12 @@ def _close_manifest(sweep: Sweep) -> None:
             f"{builder.inexact} prompts could not be built to exactly {builder.input_len} tokens"
             if not workload.input_len_range
             else f"{builder.inexact} prompts could not be built to exactly their own length"
+        )
+    if sweep.source is not None and sweep.source.too_long:
+        run.warn(
+            f"{sweep.source.too_long} prompts of --dataset {workload.dataset} were left out: "
+            "with their output length they do not fit the server's max_model_len "
+            f"{sweep.source.max_model_len}"
         )
     if sweep.source is not None and sweep.source.inexact:
         run.warn(

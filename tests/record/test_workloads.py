@@ -277,3 +277,20 @@ def test_workers_run_whole_conversations(process_server: object, tmp_path: Path,
         assert len({r.worker for r in turns}) == 1  # one worker holds the history
         assert [r.prompt_tokens for r in turns] == [12, 28, 44]  # 12 t + 4 (t - 1)
         assert all(b.send_ns >= a.send_ns + (a.end_ns or 0) for a, b in itertools.pairwise(turns))
+
+
+def test_dataset_prompts_that_do_not_fit_the_context_are_left_out(tmp_path: Path) -> None:
+    """max_model_len 12: of the five ShareGPT entries only two fit with their answers (7 + 3,
+    9 + 2 tokens); the sweep's six requests take those two in turn, and the manifest says three
+    were left out (as vllm bench serve leaves them out), instead of six HTTP 400s."""
+    data = _sharegpt(tmp_path / "sg.json")
+    with run_server(ttft_ms=1, itl_ms=1, max_model_len=12) as srv:
+        folder = record_sweep(
+            _config(srv.base_url, tmp_path, dataset=f"sharegpt:{data}",
+                    given=frozenset({"dataset"}), metrics_urls=[])
+        )  # fmt: skip
+    ts = load_trace_set(folder)
+    assert all(r.status == "ok" for r in ts.requests)
+    assert {(r.prompt_tokens, r.completion_tokens) for r in ts.requests} == {(7, 3), (9, 2)}
+    assert any("3 prompts of --dataset" in w and "max_model_len 12" in w
+               for w in ts.manifest.warnings), ts.manifest.warnings  # fmt: skip
