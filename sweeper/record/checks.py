@@ -14,7 +14,7 @@ from sweeper.record.datasets import Dataset
 from sweeper.record.progress import LevelStats, percentile
 from sweeper.record.prompts import PromptSource
 from sweeper.record.workload import PromptBuilder, level_name
-from sweeper.schema import LoopLag, RunManifest, StampCheck
+from sweeper.schema import LoopLag, RunManifest, StampCheck, fact_value
 from sweeper.units import NS_PER_MS
 
 Warn = Callable[[str], None]
@@ -35,6 +35,18 @@ def check_dataset(manifest: RunManifest, dataset: Dataset | None, warn: Warn) ->
     if skipped:
         warn(skipped)
     if dataset.kind == "mooncake":
+        context = fact_value(manifest.server.config.max_model_len)
+        count = workload.requests_per_level.get("1", len(dataset.items))
+        if isinstance(context, int):
+            over = sum(
+                (i.input_len or 0) + (i.output_len or 0) > context for i in dataset.items[:count]
+            )
+            if over:
+                warn(
+                    f"{over} of the trace's {count} requests ask for more tokens than the "
+                    f"server's max_model_len {context}: the server will refuse them (recorded "
+                    "as errors; --max-error-rate 1 keeps the replay going whatever their share)"
+                )
         return
     total = PromptSource(workload, "", "", "", PromptBuilder(1)).planned_total()
     if total > len(dataset.items):

@@ -198,6 +198,22 @@ def test_a_mooncake_trace_replays_on_its_timestamps_sharing_its_blocks(tmp_path:
     assert cached[1] >= 496 and cached[3] >= 592 and cached[5] >= 496  # block 0 (and 1) shared
 
 
+def test_a_replay_says_which_requests_the_server_cannot_hold(tmp_path: Path) -> None:
+    data = _trace(tmp_path / "t.jsonl", [(0, 600, 4, [0, 1]), (10, 90, 4, [2]), (20, 40, 2, [3])])
+    with run_server(ttft_ms=1, itl_ms=1, max_model_len=128) as srv:
+        folder = record_sweep(
+            _config(srv.base_url, tmp_path, dataset=f"mooncake:{data}", max_error_rate=1.0,
+                    concurrency=RecordConfig().concurrency, requests_per_level=RequestCount(),
+                    metrics_urls=[])
+        )  # fmt: skip
+    ts = load_trace_set(folder)
+    assert [r.status for r in sorted(ts.requests, key=lambda r: r.request_id)] == [
+        "error", "ok", "ok",
+    ]  # fmt: skip
+    assert any("1 of the trace's 3 requests ask for more tokens than the server's max_model_len "
+               "128" in w for w in ts.manifest.warnings), ts.manifest.warnings  # fmt: skip
+
+
 def test_a_trace_going_back_in_time_is_refused_with_its_line(tmp_path: Path) -> None:
     data = _trace(tmp_path / "back.jsonl", [(0, 10, 2, [0]), (50, 10, 2, [1]), (40, 10, 2, [2])])
     config = _config("http://127.0.0.1:9", tmp_path, dataset=f"mooncake:{data}",
