@@ -104,7 +104,7 @@ def completed_rate(data: RunFrames, level: int) -> float:
 SIGNS = ("sent", "completed", "client_queue", "server_waiting", "latency_growth")
 _SIGN_NAMES = {
     "sent": N_("the client sent fewer requests per second than offered"),
-    "completed": N_("fewer requests completed per second than offered"),
+    "completed": N_("fewer requests completed per second than were sent"),
     "client_queue": N_("requests waited in the client before they were sent"),
     "server_waiting": N_("the server's waiting queue grew"),
     "latency_growth": N_("TTFT from the schedule grew"),
