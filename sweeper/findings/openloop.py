@@ -122,7 +122,12 @@ class _RateLevel:
     waiting: float
     waiting_max: float
     ttft: float  # p50 TTFT from the schedule (from the send where the schedule is unknown)
+    inflight_max: float = math.nan  # the most requests in flight, from the trace
+    ttft_send: float = math.nan  # p50 TTFT from the send: the server's part alone
     signs: list[str] = field(default_factory=list)
+    # The client's queue or shortfall without a full --max-concurrency: the recorder's own
+    # lateness (a busy client), not the server's saturation.
+    client_behind: bool = False
 
     @property
     def schedule(self) -> float:
@@ -155,6 +160,8 @@ def _rate_levels(data: RunFrames, th: Thresholds) -> list[_RateLevel]:
                 waiting=data.server_value(c, "waiting_mean"),
                 waiting_max=data.server_value(c, "waiting_max"),
                 ttft=ttft if finite(ttft) else data.value(c, "ttft_p50_ms"),
+                inflight_max=data.value(c, "inflight_max"),
+                ttft_send=data.value(c, "ttft_p50_ms"),
             )
         )
     base = next((lv.ttft for lv in out if finite(lv.ttft) and lv.ttft > 0), math.nan)
@@ -163,27 +170,43 @@ def _rate_levels(data: RunFrames, th: Thresholds) -> list[_RateLevel]:
     timed = data.requests is not None and not data.requests.empty
     follows = [lv.follow for lv in out if finite(lv.follow)]
     baseline = 1.0 if timed or not follows else min(1.0, follows[0])
+    cap = data.manifest.workload.max_concurrency
     for lv in out:
-        lv.signs = _signs(lv, base, baseline, th)
+        lv.signs = _signs(lv, base, baseline, th, cap)
     return out
 
 
-def _signs(lv: _RateLevel, base_ttft: float, baseline: float, th: Thresholds) -> list[str]:
+def _cap_bound(lv: _RateLevel, cap: int | None) -> bool:
+    """Whether a request of the level can have waited for a place under --max-concurrency: a
+    cap was set and the trace saw it full (or cannot tell: an import without send times)."""
+    if not cap:
+        return False
+    return not finite(lv.inflight_max) or lv.inflight_max >= cap
+
+
+def _signs(
+    lv: _RateLevel, base_ttft: float, baseline: float, th: Thresholds, cap: int | None
+) -> list[str]:
+    """The signs of saturation at one level. A client queue (or a shortfall of sends) is the
+    server's only where the cap was full, so requests waited for a slot the server had not freed;
+    without that it is the client's own lateness, kept apart in ``client_behind``."""
     signs = []
     frac = th.saturation_follow_fraction
-    if math.isfinite(lv.offered) and finite(lv.sent) and lv.sent < frac * lv.schedule:
+    short = math.isfinite(lv.offered) and finite(lv.sent) and lv.sent < frac * lv.schedule
+    queued = finite(lv.queue_p90) and lv.queue_p90 >= th.saturation_client_queue_ms
+    slots = _cap_bound(lv, cap)
+    if short and slots:
         signs.append("sent")
     if finite(lv.follow) and lv.follow < frac * baseline:
         signs.append("completed")
-    if finite(lv.queue_p90) and lv.queue_p90 >= th.saturation_client_queue_ms:
+    if queued and slots:
         signs.append("client_queue")
+    lv.client_behind = (short or queued) and not slots
+    # A late client's wait is in TTFT from the schedule: judge the server by TTFT from the send.
+    ttft = lv.ttft_send if lv.client_behind and finite(lv.ttft_send) else lv.ttft
     if finite(lv.waiting) and lv.waiting >= th.saturation_server_waiting:
         signs.append("server_waiting")
-    if (
-        finite(lv.ttft)
-        and finite(base_ttft)
-        and lv.ttft >= th.saturation_latency_growth * base_ttft
-    ):
+    if finite(ttft) and finite(base_ttft) and ttft >= th.saturation_latency_growth * base_ttft:
         signs.append("latency_growth")
     return signs
 
@@ -207,6 +230,7 @@ def saturation(data: RunFrames, th: Thresholds) -> Finding:
     text = Text()
     if at is None:
         _unsaturated_words(text, levels, th)
+        _client_behind_words(text, levels)
         return Finding(id="knee", severity="info", numbers=numbers, text=text.render(), data=uses)
     lv = levels[at]
     numbers.update(
@@ -235,6 +259,7 @@ def saturation(data: RunFrames, th: Thresholds) -> Finding:
     _capacity_words(text, levels, numbers)
     timed = data.requests is not None and not data.requests.empty
     _certainty_words(text, lv, timed=timed)
+    _client_behind_words(text, levels)
     return Finding(
         id="knee",
         severity="notice",
@@ -267,6 +292,7 @@ def _saturation_numbers(
         "client_queue_p90_ms": {str(lv.key): num(lv.queue_p90, 3) for lv in levels},
         "server_waiting_mean": {str(lv.key): num(lv.waiting, 3) for lv in levels},
         "signs": {str(lv.key): list(lv.signs) for lv in levels},
+        "client_behind": [lv.key for lv in levels if lv.client_behind],
         "follow_fraction": th.saturation_follow_fraction,
     }
 
@@ -275,7 +301,7 @@ def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, cap: int | None
     """One sentence per sign seen at the saturated level, with its numbers (``cap``: the
     workload's --max-concurrency). The completion rate is not said twice where the client
     already sent fewer."""
-    if "sent" in lv.signs and cap:
+    if "sent" in lv.signs and cap:  # "sent" is a sign only where the cap was full
         text.add(
             N_(
                 "At {b} the client sent only {sent} req/s where its schedule asked for {sched}: "
@@ -285,16 +311,6 @@ def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, cap: int | None
             sent=Num(lv.sent, 2),
             sched=Num(lv.schedule, 2),
             cap=Num(cap, 0),
-        )
-    elif "sent" in lv.signs:
-        text.add(
-            N_(
-                "At {b} the client sent only {sent} req/s where its schedule asked for {sched}: "
-                "with no --max-concurrency cap, the client itself fell behind its schedule."
-            ),
-            b=Level(lv.key),
-            sent=Num(lv.sent, 2),
-            sched=Num(lv.schedule, 2),
         )
     elif "completed" in lv.signs:
         text.add(
@@ -336,6 +352,27 @@ def _capacity_words(text: Text, levels: list[_RateLevel], numbers: dict[str, Any
         at=Level(best.key),
     )
     del numbers
+
+
+def _client_behind_words(text: Text, levels: list[_RateLevel]) -> None:
+    """Where requests went out late with no --max-concurrency slot to wait for: the recorder
+    could not keep its schedule, which no level's saturation verdict may rest on."""
+    behind = [lv for lv in levels if lv.client_behind]
+    if not behind:
+        return
+    worst = max(behind, key=lambda lv: lv.queue_p90 if finite(lv.queue_p90) else -1.0)
+    text.add(
+        N_(
+            "At {levels} requests went out late (p90 {q} after their scheduled time at {at}) "
+            "with no --max-concurrency slot to wait for: the recorder itself fell behind its "
+            "schedule (a busy client machine), so those waits are the client's, not the "
+            "server's, and are not counted as saturation; record with --workers or on a less "
+            "loaded machine."
+        ),
+        levels=Join([Level(lv.key) for lv in behind]),
+        q=Ms(worst.queue_p90),
+        at=Level(worst.key),
+    )
 
 
 def _certainty_words(text: Text, lv: _RateLevel, *, timed: bool) -> None:

@@ -223,3 +223,18 @@ def test_poisson_gaps_are_not_taken_for_saturation(tmp_path: Path, seed: int) ->
     # 16 req/s; a draw of 8 req/s that outran the ~11 req/s the server completes is saturated too
     assert knee.numbers["saturation_level"] in (3, 4, 5)
     assert "completed" in knee.numbers["evidence"]
+
+
+def test_a_late_client_is_not_the_servers_saturation(tmp_path: Path) -> None:
+    # A sweep the server keeps up with; at 2 req/s the recorder sent every request 300 ms late
+    # with few in flight and no cap: the client's own lateness (a busy machine), not saturation.
+    ts = load_trace_set(write_rate_run(tmp_path, "late", [1.0, 2.0, 4.0], scrape=True))
+    for trace in ts.requests:
+        if trace.concurrency == 2 and trace.scheduled_ns is not None:
+            trace.scheduled_ns -= 300_000_000
+    knee = finding(analyze_run(ts), "knee")
+    assert knee.numbers["saturation_level"] is None
+    assert "client_queue" not in knee.numbers["signs"]["2"]
+    assert knee.numbers["client_behind"] == [2]
+    assert "the recorder itself fell behind its schedule" in knee.text["en"]
+    assert "录制端自己跟不上发送计划" in knee.text["zh"]
