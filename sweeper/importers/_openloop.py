@@ -106,6 +106,11 @@ def rate_words(rate: float) -> str:
     return "all at once" if math.isinf(rate) else f"{rate:g} req/s"
 
 
+def cap_words(cap: int | None) -> str:
+    """A level's --max-concurrency as the notes say it: ``64``, ``no cap``."""
+    return "no cap" if cap is None else str(cap)
+
+
 def one_value(values: Sequence[float | int | None]) -> tuple[bool, float | int | None]:
     """(True, the value) when every level gave the same one, else (False, None)."""
     distinct = set(values)

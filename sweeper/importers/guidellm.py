@@ -40,6 +40,7 @@ from sweeper.importers._openloop import (
     INF,
     Arrival,
     Load,
+    cap_words,
     one_value,
     rate_keys,
     rate_words,
@@ -257,7 +258,9 @@ def _rate_levels(
     if not same_cap:
         notes.append(
             "max_concurrency differs between levels ("
-            + ", ".join(f"{rate_words(r)}: {_cap(b.strategy)}" for r, b in sorted(seen.items()))
+            + ", ".join(
+                f"{rate_words(r)}: {cap_words(_cap(b.strategy))}" for r, b in sorted(seen.items())
+            )
             + "); kept per level in the tool's summaries"
         )
     requests: list[RequestTrace] = []

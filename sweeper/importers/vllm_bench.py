@@ -61,6 +61,7 @@ from sweeper.importers._openloop import (
     INF,
     Load,
     arrival_of,
+    cap_words,
     capped_sends_ns,
     known_arrivals_ns,
     mean_arrivals_ns,
@@ -323,7 +324,7 @@ def _rate_sweep(runs: list[_Run], per_chunk: bool, has_starts: bool) -> tuple[_S
         sweep.warnings.append(
             "burstiness differs between levels ("
             + ", ".join(
-                f"{rate_words(r.rate)}: {r.burstiness}"
+                f"{rate_words(r.rate)}: {'not given' if r.burstiness is None else r.burstiness}"
                 for r in sorted(random_arrivals, key=lambda r: r.rate)
             )
             + "); kept per level in the tool's summaries"
@@ -332,7 +333,8 @@ def _rate_sweep(runs: list[_Run], per_chunk: bool, has_starts: bool) -> tuple[_S
         sweep.warnings.append(
             "max_concurrency differs between levels ("
             + ", ".join(
-                f"{rate_words(r.rate)}: {r.cap}" for r in sorted(runs, key=lambda r: r.rate)
+                f"{rate_words(r.rate)}: {cap_words(r.cap)}"
+                for r in sorted(runs, key=lambda r: r.rate)
             )
             + "); kept per level in the tool's summaries"
         )

@@ -101,6 +101,9 @@ def test_sweep_report_imports_its_rate_levels(tmp_path: Path) -> None:
     assert work.requests_per_level == {"1": 12, "2": 12, "3": 12, "4": 12}
     assert work.max_concurrency is None  # throughput had 4, the constant rates none
     assert ts.manifest.source.summaries["4"]["max_concurrency"] == 4
+    # ... and the note says which levels had none in words, never "None" (it reaches the page)
+    (caps,) = [w for w in ts.manifest.warnings if "max_concurrency differs" in w]
+    assert "1 req/s: no cap" in caps and "all at once: 4" in caps and "None" not in caps
     benches = {1: data["benchmarks"][2], 2: data["benchmarks"][3], 3: data["benchmarks"][4]}
     benches[4] = data["benchmarks"][1]
     timings = [r["info"]["timings"] for b in benches.values() for r in b["requests"]["successful"]]
