@@ -25,6 +25,8 @@ The package, one module a step:
   :mod:`~sweeper.findings.choice` (8-10); for rate runs (open loop)
   :mod:`~sweeper.findings.openloop` (2-3: scaling against the offered rate, the saturation rate)
   and :mod:`~sweeper.findings.goodput` (8-9 by goodput);
+- :mod:`~sweeper.findings.proposals`: the server flag changes the findings advise, as data
+  (``Finding.proposals``: flag, value, what it predicts);
 - :mod:`~sweeper.findings.analyze`: every rule in order, for a trace set or frames.
 """
 
@@ -37,6 +39,8 @@ from sweeper.findings.model import (
     SLO,
     TAIL_CAUSES,
     Finding,
+    Prediction,
+    Proposal,
     finding,
     findings_json,
     parse_slos,
@@ -49,6 +53,8 @@ __all__ = [
     "SLO",
     "TAIL_CAUSES",
     "Finding",
+    "Prediction",
+    "Proposal",
     "RunFrames",
     "StallSignature",
     "analyze",

@@ -18,6 +18,7 @@ from sweeper.findings._words import Text, named_levels, unknown
 from sweeper.findings.frames import RunFrames, per_token, run_frames
 from sweeper.findings.levels import level_rates, offered_numbers
 from sweeper.findings.model import FINDING_IDS, SLO, Finding
+from sweeper.findings.proposals import attach_proposals
 from sweeper.i18n import N_
 from sweeper.store import TraceSet
 
@@ -36,6 +37,7 @@ def analyze(
     data = per_token(data)
     with named_levels(data):
         out = _analyze(data, slos, thresholds)
+    attach_proposals(data, out)
     rates = level_rates(data.manifest)
     if rates:
         for f in out:

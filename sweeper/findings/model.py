@@ -43,6 +43,34 @@ TAIL_CAUSES = (
 )
 
 
+class Prediction(BaseModel):
+    """What a proposal predicts for one metric: ``from`` (this run's value) to ``to`` (a number
+    where the finding can compute one, else None: only the ``direction`` is predicted)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    metric: Literal["kv_ceiling", "preemptions", "itl_p99_ms", "ttft_p99_ms"]
+    level: int | None = Field(
+        default=None, description="The concurrency it concerns; None: the run."
+    )
+    from_: float | None = Field(default=None, alias="from")
+    to: float | None = None
+    direction: Literal["higher", "lower"]
+
+
+class Proposal(BaseModel):
+    """A server flag change a finding advises: ``flag`` set to ``value`` (None: only the
+    ``direction`` is known), with what it predicts and a short reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flag: str
+    value: int | None = None
+    direction: Literal["larger", "smaller"]
+    predicts: list[Prediction] = Field(default_factory=list)
+    reason: str
+
+
 class Finding(BaseModel):
     """One finding: what the data says, with the numbers that say it, in both languages."""
 
@@ -55,12 +83,18 @@ class Finding(BaseModel):
     text: dict[str, str] = Field(description="The finding's sentences, by language (en, zh).")
     data: list[str] = Field(default_factory=list, description="What data it rests on.")
     missing: list[str] = Field(default_factory=list, description="What it would need and lacks.")
+    proposals: list[Proposal] = Field(
+        default_factory=list, description="The server flag changes it advises, as data."
+    )
 
 
 def findings_json(run_id: str, findings: Sequence[Finding]) -> dict[str, Any]:
     """The JSON contract: ``{"run_id", "findings": [{"id", "severity", "levels", "numbers",
-    "text": {"en", "zh"}, "data", "missing"}]}`` with NaN written as null."""
-    return {"run_id": run_id, "findings": [json_safe(f.model_dump()) for f in findings]}
+    "text": {"en", "zh"}, "data", "missing", "proposals"}]}`` with NaN written as null."""
+    return {
+        "run_id": run_id,
+        "findings": [json_safe(f.model_dump(by_alias=True)) for f in findings],
+    }
 
 
 def finding(findings: Sequence[Finding], fid: str) -> Finding:

@@ -130,3 +130,41 @@ def test_a_prefix_cache_makes_the_ceiling_a_lower_bound(sweep: Any) -> None:
         assert "上界" in ceiling.text["zh"]
         if hits[-1] < 0.5 * max(hits):
             assert "the pool no longer holds what was cached" in ceiling.text["en"]
+
+
+# The advice each proposal's flag comes from: (finding, what its numbers say) -> flags it may propose.
+ADVISED_FLAGS = {
+    ("tail_cause", "chunked_prefill"): {"--max-num-batched-tokens"},
+    ("tail_cause", "preemption"): {
+        "--max-num-seqs",
+        "--kv-cache-memory-bytes",
+        "--num-gpu-blocks-override",
+    },
+    ("tail_cause", "kv_admission"): {"--kv-cache-memory-bytes", "--num-gpu-blocks-override"},
+    ("tail_cause", "max_num_seqs"): {"--max-num-seqs"},
+    ("memory_headroom", "notice"): {"--kv-cache-memory-bytes"},
+}
+
+
+def test_proposals_only_where_the_finding_advises_the_change(sweep: Any) -> None:
+    _, found = sweep
+    for f in found.values():
+        if not f.proposals:
+            continue
+        key = (f.id, f.numbers.get("cause") if f.id == "tail_cause" else f.severity)
+        assert key in ADVISED_FLAGS, (f.id, f.proposals)
+        for p in f.proposals:
+            assert p.flag in ADVISED_FLAGS[key], (key, p)
+            assert p.value is None or p.value > 0
+            for pred in p.predicts:
+                # a predicted number is never below where it starts for "higher" and so on
+                if pred.to is not None and pred.from_ is not None:
+                    assert (pred.to > pred.from_) == (pred.direction == "higher"), pred
+    cause = found["tail_cause"]
+    if cause.numbers["cause"] == "chunked_prefill":
+        assert [p.flag for p in cause.proposals] == ["--max-num-batched-tokens"]
+    headroom = found["memory_headroom"]
+    if headroom.severity == "notice":
+        (p,) = headroom.proposals
+        assert p.value == int(headroom.numbers["suggested_kv_cache_memory_bytes"])
+        assert p.predicts[0].to == headroom.numbers["new_ceiling"]
