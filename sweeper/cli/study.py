@@ -20,7 +20,7 @@ import click
 from rich.console import Console
 
 from sweeper.analysis.slo import parse_slos
-from sweeper.cli._common import check_writable_folder, friendly_errors
+from sweeper.cli._common import check_writable_folder, friendly_errors, load_run
 from sweeper.cli.record import EXIT_INTERRUPTED, given_fields, record_command, record_config
 from sweeper.errors import ConfigError
 from sweeper.record.progress import default_progress
@@ -37,6 +37,8 @@ from sweeper.study import (
     study_folder,
     summarize_study,
 )
+from sweeper.study.advice import advice_from_run, run_flags, workload_options
+from sweeper.study.model import Advice
 from sweeper.study.server import DEFAULT_START_TIMEOUT_S
 
 # The record options a study sets itself for each run.
@@ -120,6 +122,12 @@ def _stored(options: dict[str, Any], given: set[str]) -> dict[str, Any]:
     "true: the bare flag, false: left out; e.g. --grid max-num-batched-tokens=2048,8192.",
 )
 @click.option(
+    "--from-advice",
+    metavar="RUN_ID",
+    help="Check RUN_ID's advice: its findings' proposed flag changes, each a configuration "
+    "beside its own flags (its label flags=, else the one --config), on its workload.",
+)
+@click.option(
     "--study-file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     metavar="PATH",
@@ -183,6 +191,8 @@ def study_run_command(**options: Any) -> None:
           --grid max-num-batched-tokens=512,2048,8192 --input-len 1000 --output-len 64 \\
           --concurrency 1,4,16,64
       sweeper study run chunk --resume
+      sweeper study run check --from-advice qwen7b-4090-20261129 \\
+          --serve 'vllm serve M --port {port} {flags}' --config '--max-num-seqs 128'
     """
     ctx = click.get_current_context()
     study = {k: options.pop(k) for k in list(options) if k not in {p.name for p in RECORD_PARAMS}}
@@ -192,10 +202,12 @@ def study_run_command(**options: Any) -> None:
     folder = study_folder(out, study["study_id"])
     if study["resume_study"] and (folder / "study.json").exists():
         stored = read_study(folder).record_options
-    options, given = _record_options(ctx, options, {**stored, **file.get("record", {})})
+    advice, workload = _from_advice(study, out)
+    options, given = _record_options(ctx, options, {**workload, **stored, **file.get("record", {})})
     quiet = options.pop("quiet")
     given.discard("quiet")
     plan = _plan(study, file, options, given)
+    plan.advice = advice
     check_writable_folder(plan.record.out)
     try:
         manifest = run_study(
@@ -221,6 +233,39 @@ def study_run_command(**options: Any) -> None:
     )
     if failed and done == 0:
         sys.exit(1)
+
+
+def _from_advice(study: dict[str, Any], out: Path) -> tuple[Advice | None, dict[str, Any]]:
+    """``--from-advice RUN_ID``: the run's proposals as configurations beside its own flags
+    (``study["configs"]`` replaced), and its workload as the record options' defaults."""
+    run_id = study.pop("from_advice")
+    if not run_id:
+        return None, {}
+    if study["grid"] or len(study["configs"]) > 1:
+        raise click.UsageError(
+            "--from-advice takes at most one --config (the run's own flags) and no --grid"
+        )
+    ts = load_run(run_id, out)
+    labelled = run_flags(ts.manifest)
+    baseline = study["configs"][0] if study["configs"] else (labelled or "")
+    advice = advice_from_run(ts, baseline)
+    not_tried = "; ".join(
+        f"{n['flag']} {n['direction']} ({n['finding']})" for n in advice.not_tried
+    )
+    if not advice.changes:
+        raise click.UsageError(
+            f"the findings of {ts.run_id} propose no flag change with a value to try"
+            + (f" (only directions: {not_tried})" if not_tried else "")
+        )
+    source = "its label flags=" if labelled is not None and not study["configs"] else "--config"
+    click.echo(
+        f"advice of {ts.run_id}: baseline {advice.baseline or '(no flags)'!r} ({source}); "
+        + ", ".join(f"{c.flag} {c.value} ({c.finding})" for c in advice.changes)
+        + (f"; not tried (no value): {not_tried}" if not_tried else ""),
+        err=True,
+    )
+    study["configs"] = (advice.baseline, *(c.flags for c in advice.changes))
+    return advice, workload_options(ts.manifest)
 
 
 def _plan(

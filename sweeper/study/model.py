@@ -89,6 +89,30 @@ class StudyConfiguration(_Model):
         return [r for r in self.runs if r.kind == "sweep"]
 
 
+class AdvisedChange(_Model):
+    """One flag change a run's findings propose (``Finding.proposals``), as a configuration:
+    ``flags`` are the baseline's with ``flag`` set to ``value``."""
+
+    finding: str
+    flag: str
+    value: int
+    direction: str
+    predicts: list[dict[str, Any]] = Field(default_factory=list)
+    reason: str
+    flags: str
+
+
+class Advice(_Model):
+    """``--from-advice RUN_ID``: the run whose advice is checked, the flags it ran with (the
+    baseline, the study's first configuration) and the changes tried; ``not_tried`` the
+    proposals without a value to try (only a direction)."""
+
+    run_id: str
+    baseline: str
+    changes: list[AdvisedChange] = Field(default_factory=list)
+    not_tried: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class StudyManifest(_Model):
     study_version: Literal[1] = 1
     study_id: str
@@ -101,6 +125,9 @@ class StudyManifest(_Model):
     record_options: dict[str, Any] = Field(
         default_factory=dict,
         description="The record options given (no API key), so --resume needs none of them.",
+    )
+    advice: Advice | None = Field(
+        default=None, description="--from-advice: the run whose proposals the study checks."
     )
     created_at: datetime = Field(default_factory=now_utc)
     updated_at: datetime = Field(default_factory=now_utc)

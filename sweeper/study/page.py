@@ -61,6 +61,28 @@ _WORDS = {
         "in_noise": "within the noise",
         "interval_note": "With repeats: the mean and, in brackets, its 95% Student t-interval "
         "across the repeats (each repeat one sample).",
+        "advice": "The advice checked",
+        "advice_intro": "The flag changes the findings of {run} propose, each recorded beside "
+        "its flags ({base}) on the same workload; each prediction against what was measured.",
+        "advice_note": "Baseline: the original flags, recorded again in this study. A latency "
+        "change is judged against it (with repeats: Welch's 95% interval; without: a change "
+        "under 10% is inside the noise).",
+        "not_tried": "Proposed without a value to try: {items}.",
+        "change": "change",
+        "prediction": "prediction",
+        "predicted": "predicted",
+        "baseline": "baseline",
+        "measured": "measured",
+        "verdict": "verdict",
+        "kv_ceiling": "KV ceiling {from} → {to}",
+        "kv_ceiling_up": "KV ceiling above {from}",
+        "preemptions": "preemptions {from} → {to}",
+        "itl_p99_ms": "p99 ITL at {level} shrinks from {from} ms",
+        "ttft_p99_ms": "p99 TTFT at {level} shrinks from {from} ms",
+        "confirmed": "confirmed",
+        "not_confirmed": "not confirmed",
+        "inconclusive": "inconclusive (inside the noise)",
+        "not_measured": "not measured",
     },
     "zh": {
         "title": "对比实验 {id}",
@@ -102,6 +124,27 @@ _WORDS = {
         "significant": "显著",
         "in_noise": "在噪声内",
         "interval_note": "有重复时：数值为各次重复的均值，方括号内为跨重复的 95% Student t 区间（每次重复算一个样本）。",
+        "advice": "核对建议",
+        "advice_intro": "{run} 的结论建议的参数改动，各自在其原参数（{base}）上改动后用同一负载录制；"
+        "每条预测与实测对照。",
+        "advice_note": "基线：原参数在本次实验中重新录制的结果。延迟的变化与基线比较（有重复时用 Welch 95% 区间；"
+        "没有重复时，变化小于 10% 视为在噪声内）。",
+        "not_tried": "只给出方向、没有可试数值的建议：{items}。",
+        "change": "改动",
+        "prediction": "预测",
+        "predicted": "预测值",
+        "baseline": "基线",
+        "measured": "实测",
+        "verdict": "结论",
+        "kv_ceiling": "KV 并发上限 {from} → {to}",
+        "kv_ceiling_up": "KV 并发上限高于 {from}",
+        "preemptions": "抢占次数 {from} → {to}",
+        "itl_p99_ms": "{level} 的 p99 ITL 从 {from} 毫秒下降",
+        "ttft_p99_ms": "{level} 的 p99 TTFT 从 {from} 毫秒下降",
+        "confirmed": "证实",
+        "not_confirmed": "未证实",
+        "inconclusive": "无法判断（在噪声内）",
+        "not_measured": "未测到",
     },
 }
 _STATUS_ZH = {"complete": "完成", "failed": "失败", "incomplete": "未完成", "pending": "未开始",
@@ -167,6 +210,7 @@ def render_study_page(
     out += _best_section(summary, lang, w)
     out += _pareto_section(summary, lang, w)
     out += _find_max_section(summary, lang, w)
+    out += _advice_section(summary, lang, w, run_cell)
     out += _diff_section(summary, lang, w)
     if summary["indistinguishable"]:
         out += [f"## {w['noise']}", "", w["noise_intro"], ""]
@@ -331,3 +375,51 @@ def _find_max_section(summary: dict[str, Any], lang: str, w: dict[str, str]) -> 
             fails=name(found["fails"]), open="" if found["done"] else w["find_open"],
         ))  # fmt: skip
     return [*out, ""]
+
+
+def _prediction(check: dict[str, Any], lang: str, w: dict[str, str]) -> str:
+    metric = check["metric"]
+    digits = 0 if metric in ("kv_ceiling", "preemptions") else 1
+    key = "kv_ceiling_up" if metric == "kv_ceiling" and check.get("to") is None else metric
+    level = _level({"concurrency": check["level"]}, lang) if check.get("level") else ""
+    return w[key].format(
+        **{
+            "from": _num(check.get("from"), lang, digits),
+            "to": _num(check.get("to"), lang, digits),
+        },
+        level=level,
+    )
+
+
+def _advice_section(
+    summary: dict[str, Any], lang: str, w: dict[str, str], run_cell: Callable[[str], str]
+) -> list[str]:
+    """``--from-advice``: each prediction of each change tried, against the measurement."""
+    advice = summary.get("advice")
+    if not advice:
+        return []
+    rows = []
+    for check in advice["checks"]:
+        digits = 0 if check["metric"] in ("kv_ceiling", "preemptions") else 1
+        rows.append([
+            f"`{check['flag']} {check['value']}`",
+            _prediction(check, lang, w),
+            _num(check.get("to"), lang, digits) if check.get("to") is not None else "-",
+            _num(check.get("baseline"), lang, digits),
+            _num(check.get("measured"), lang, digits),
+            w[check["verdict"]],
+            run_cell(check["run_id"]) if check.get("run_id") else "-",
+        ])  # fmt: skip
+    intro = w["advice_intro"].format(
+        run=run_cell(advice["run_id"]), base=_flags(advice["baseline"], w)
+    )
+    headers = [w["change"], w["prediction"], w["predicted"], w["baseline"], w["measured"],
+               w["verdict"], w["run"]]  # fmt: skip
+    out = [f"## {w['advice']}", "", intro, "", w["advice_note"], "", *_table(headers, rows)]
+    if advice.get("not_tried"):
+        sep = "、" if lang == "zh" else "; "
+        items = sep.join(
+            f"`{n['flag']}` {n['direction']} ({n['finding']})" for n in advice["not_tried"]
+        )
+        out += [w["not_tried"].format(items=items), ""]
+    return out

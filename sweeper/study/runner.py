@@ -42,6 +42,7 @@ from sweeper.study.model import (
     LOCK_FILE,
     LOGS_DIR,
     PID_FILE,
+    Advice,
     FindMax,
     StudyConfiguration,
     StudyManifest,
@@ -83,6 +84,7 @@ class StudyPlan:
     resume: bool = False
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     record_options: dict[str, Any] = field(default_factory=dict)
+    advice: Advice | None = None  # --from-advice: the run whose proposals are the configurations
 
 
 @contextlib.contextmanager
@@ -160,6 +162,7 @@ def _open_manifest(plan: StudyPlan, folder: Path) -> StudyManifest:
             template=redact(plan.template),
             repeats=plan.repeats,
             record_options=plan.record_options,
+            advice=plan.advice,
         )
     else:
         manifest = read_study(folder)

@@ -17,7 +17,10 @@
                         "goodput_rps", "output_throughput_tok_s"} | null},
      "indistinguishable": [{"kind", "metric", "a", "b", "difference", "text"}],
      "diffs": [{"a": <first flags>, "b": <flags>, "level", "concurrency" | "request_rate",
-                "metrics": {"<metric>": {"a", "b", "change_pct", "significant"}}}]}
+                "metrics": {"<metric>": {"a", "b", "change_pct", "significant"}}}],
+     "advice": {"run_id", "baseline", "not_tried", "checks": [{"finding", "flag", "value",
+                "flags", "run_id", "metric", "level", "from", "to", "direction", "baseline",
+                "measured", "verdict"}]} | null}
 
 A level of a configuration is one point: with repeats its numbers are the means over the
 repeats (and probes count once each). ``best`` judges each level by the SLO's terms on its
@@ -45,7 +48,7 @@ from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE
 from sweeper.i18n import level_label
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import load_trace_set
-from sweeper.study.model import StudyConfiguration, read_study, study_folder
+from sweeper.study.model import StudyConfiguration, StudyManifest, read_study, study_folder
 from sweeper.study.stats import INTERVAL, difference_interval, mean_interval
 
 STUDY_SUMMARY_VERSION = 1
@@ -383,6 +386,7 @@ def summarize_study(
     configs = [_config_entry(c, Path(out), slo_sets) for c in manifest.configurations]
     points = [p for c in configs for p in c.pop("points")]
     repeated = any("repeats" in c for c in configs)
+    diffs = _diffs(configs, points)
     return {
         "study_version": STUDY_SUMMARY_VERSION,
         "study_id": manifest.study_id,
@@ -407,7 +411,28 @@ def summarize_study(
         ],
         "best": _best(points, slo_sets),
         "indistinguishable": _comparisons(configs) if repeated else [],
-        "diffs": _diffs(configs, points),
+        "diffs": diffs,
+        "advice": _advice(manifest, configs, diffs, Path(out)),
+    }
+
+
+def _advice(
+    manifest: StudyManifest,
+    configs: list[dict[str, Any]],
+    diffs: list[dict[str, Any]],
+    out: Path,
+) -> dict[str, Any] | None:
+    """``--from-advice``: the advised run, its baseline flags, each prediction checked."""
+    if manifest.advice is None:
+        return None
+    from sweeper.study.advice import check_advice
+
+    advice = manifest.advice
+    return {
+        "run_id": advice.run_id,
+        "baseline": advice.baseline,
+        "not_tried": advice.not_tried,
+        "checks": check_advice(advice, configs, diffs, out),
     }
 
 
