@@ -10,6 +10,11 @@ Three configurations, each a real vLLM started with its own flags and a sweep re
   tail opens with no preemption).
 - ``small-vllm-cpu-preemption``: the same model with a 16-block KV pool (2,048 tokens) and
   ``--max-num-seqs 4``; 4 x (384 + 256) tokens do not fit: preemptions and a waiting queue.
+- ``small-vllm-cpu-poisson``: an open loop: Poisson arrivals at 0.5 to 8 requests/s and all at
+  once, at most 16 in flight, against ``--max-num-seqs 4``: the top rates saturate the server (its
+  waiting queue, then the client's queue behind the cap).
+- ``small-vllm-cpu-multi-turn``: conversations of 3 turns on the chat endpoint with
+  ``--enable-prefix-caching``: later turns find their history in the server's prefix cache.
 
 Run with the project's Python after ``make vllm models``::
 
@@ -44,9 +49,10 @@ class Sample:
     server_args: tuple[str, ...]
     input_len: int
     output_len: int
-    levels: str
+    levels: str  # --concurrency, or with --request-rate in ``load``: nothing
     requests_per_level: str  # a count, or Kx: K per stream (at least 8)
     note: str
+    load: tuple[str, ...] = ()  # other record options (the workload): rates, sessions...
 
 
 SAMPLES = {
@@ -87,6 +93,28 @@ SAMPLES = {
         requests_per_level="8",
         note="16-block KV pool, max-num-seqs 4",
     ),
+    "poisson": Sample(
+        run_id="small-vllm-cpu-poisson",
+        model="small",
+        server_args=("--max-num-seqs", "4"),
+        input_len=256,
+        output_len=64,
+        levels="",
+        requests_per_level="16",
+        note="open loop: Poisson arrivals, max-num-seqs 4, at most 16 in flight",
+        load=("--request-rate", "0.5,1,2,4,8,inf", "--max-concurrency", "16"),
+    ),
+    "multi-turn": Sample(
+        run_id="small-vllm-cpu-multi-turn",
+        model="small",
+        server_args=("--enable-prefix-caching",),
+        input_len=200,
+        output_len=32,
+        levels="2,4",
+        requests_per_level="",
+        note="conversations of 3 turns, prefix caching on",
+        load=("--endpoint", "chat", "--sessions", "6", "--turns", "3", "--think-time-ms", "200"),
+    ),
 }
 
 
@@ -108,8 +136,13 @@ def record(name: str, sample: Sample, out: Path) -> Path:
                 "--base-url", server.base_url,
                 "--input-len", str(sample.input_len),
                 "--output-len", str(sample.output_len),
-                "--concurrency", sample.levels,
-                "--requests-per-level", sample.requests_per_level,
+                *(["--concurrency", sample.levels] if sample.levels else []),
+                *(
+                    ["--requests-per-level", sample.requests_per_level]
+                    if sample.requests_per_level
+                    else []
+                ),
+                *sample.load,
                 "--warmup", "1",
                 "--scrape-interval", str(SCRAPE_INTERVAL_S),
                 "--server-log", str(log),
