@@ -13,6 +13,8 @@ Layout (suffix structure of mkdocs-static-i18n: ``page.md`` is English, ``page.z
     runs/index.md, runs/index.zh.md                   every run: GPU, model, engine, date, headline numbers
     runs/<run-id>/index.md, index.zh.md               one report per run
     compare/<model>/index.md, index.zh.md             runs of the same model, overlaid
+    runs/<study-id>/index.md, index.zh.md             one page per study (``<traces>/<study-id>/study.json``;
+                                                      a study id is a folder of traces/, so never a run id)
 
 A trace set that cannot be read gets an entry on the index naming the file and the problem; the
 other runs still publish. Pages are cached per trace set, keyed by its files' sizes and times and
@@ -63,6 +65,7 @@ from sweeper.report.run_report import (
 )
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import TraceSet, atomic_write, duplicate_run_ids, load_trace_set
+from sweeper.study.model import STUDY_FILE
 
 log = logging.getLogger("sweeper.report.site")
 
@@ -297,9 +300,13 @@ def _run_cell(run: RunReport, lang: str) -> str:
 
 
 def render_index(
-    entries: list[RunEntry], comparisons: Mapping[str, list[RunReport]], lang: str
+    entries: list[RunEntry],
+    comparisons: Mapping[str, list[RunReport]],
+    lang: str,
+    studies: Mapping[str, int] | None = None,
 ) -> str:
-    """The list of every run, the comparisons, and the trace sets that could not be read."""
+    """The list of every run, the studies (id -> number of configurations), the comparisons,
+    and the trace sets that could not be read."""
     parts = [front_matter(tr(lang, "Runs")), "# " + html.escape(tr(lang, "Runs"))]
     runs = sorted(
         (e.run for e in entries if e.run is not None),
@@ -361,6 +368,15 @@ def render_index(
                 )
             )
         )
+    if studies:
+        parts.append("## " + html.escape(tr(lang, "Studies")))
+        parts.append(
+            "\n".join(
+                f"- {_link(esc(study_id), f'{study_id}/index.md')} "
+                f"({html.escape(_configurations_count(lang, n))})"
+                for study_id, n in sorted(studies.items())
+            )
+        )
     if comparisons:
         parts.append("## " + html.escape(tr(lang, "Comparisons")))
         parts.append(
@@ -385,6 +401,12 @@ def render_index(
             )
         )
     return "\n\n".join(parts) + "\n"
+
+
+def _configurations_count(lang: str, n: int) -> str:
+    return trn(lang, "{count} configuration", "{count} configurations", n).format(
+        count=fmt_number(n, lang, 0)
+    )
 
 
 def _runs_count(lang: str, n: int) -> str:
@@ -491,23 +513,107 @@ def render_comparison(model: str, runs: list[RunReport], lang: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Studies (sweeper study): one page each, linked from the index and from each member run
+
+
+def study_folders(traces_dir: Path) -> list[Path]:
+    """Folders of ``traces_dir`` holding a study manifest (``study.json``, no run manifest)."""
+    if not traces_dir.is_dir():
+        return []
+    return [
+        f
+        for f in sorted(traces_dir.iterdir())
+        if f.is_dir()
+        and not f.name.startswith(".")
+        and (f / STUDY_FILE).is_file()
+        and not (f / MANIFEST_FILE).exists()
+    ]
+
+
+def study_pages(traces_dir: Path, run_ids: set[str]) -> tuple[dict[str, str], dict[str, int]]:
+    """Each study's page (en + zh) and its number of configurations, by study id. A study that
+    cannot be summarized is left out with a warning (its runs still publish)."""
+    from sweeper.study.page import render_study_page
+    from sweeper.study.summary import summarize_study
+
+    def run_link(run_id: str) -> str:
+        return f"../{run_id}/index.md" if run_id in run_ids else ""
+
+    pages: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for folder in study_folders(traces_dir):
+        try:
+            summary = summarize_study(folder.name, traces_dir)
+        except SweeperError as exc:
+            log.warning("study %s left out of the site: %s", folder, exc)
+            continue
+        counts[folder.name] = len(summary["configs"])
+        for lang in LANGUAGES:
+            body = render_study_page(summary, lang, run_link=run_link)
+            title = body.splitlines()[0].removeprefix("# ")
+            path = page_path(f"{RUNS_DIR}/{folder.name}/index.md", lang)
+            pages[path] = front_matter(title) + "\n\n" + body
+    return pages, counts
+
+
+def with_study_link(page: str, run: RunReport, lang: str, studies: Mapping[str, int]) -> str:
+    """A member run's page with a line naming its study (label ``study``) and configuration."""
+    labels = run.ts.manifest.labels or {}
+    study_id = labels.get("study")
+    if study_id not in studies:
+        return page
+    flags = labels.get("flags") or ""
+    note = tr(lang, "Part of the study {study}, configuration {flags}.").format(
+        study=_link(esc(study_id), f"../{study_id}/index.md"),
+        flags=f"<code>{esc(flags)}</code>" if flags else "–",
+    )
+    lines = page.split("\n")
+    at = next(
+        (i for i, line in enumerate(lines) if line.startswith('<p class="sweeper-lede">')),
+        next((i for i, line in enumerate(lines) if line.startswith("# ")), 0),
+    )
+    return "\n".join([*lines[: at + 1], "", note, *lines[at + 1 :]])
+
+
+def _studies_key(traces_dir: Path) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (
+            str(f.resolve()),
+            f"{(f / STUDY_FILE).stat().st_size}:{(f / STUDY_FILE).stat().st_mtime_ns}",
+        )
+        for f in study_folders(traces_dir)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Whole site
 
 
 def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str, str]:
     """Every generated page: relative path (under the docs folder) -> Markdown."""
     folders = candidate_folders(traces_dir)
-    key = tuple((str(f.resolve()), _fingerprint(f)) for f in folders)
+    key = (
+        *((str(f.resolve()), _fingerprint(f)) for f in folders),
+        *_studies_key(traces_dir),
+    )
     last = _LAST.get(str(traces_dir.resolve()))
     if last is not None and last[0] == key:
         return dict(last[1])
     entries = _load_entries(folders, cache_dir)
+    runs = [e.run for e in entries if e.run is not None]
+    studies, counts = study_pages(traces_dir, {r.run_id for r in runs})
     pages: dict[str, str] = {}
     for entry in entries:
-        pages.update(entry.pages or {})
-    comparisons = comparison_groups(e.run for e in entries if e.run is not None)
+        for path, text in (entry.pages or {}).items():
+            lang = next((lg for lg in LANGUAGES[1:] if path.endswith(f".{lg}.md")), LANGUAGES[0])
+            run = entry.run
+            pages[path] = with_study_link(text, run, lang, counts) if run is not None else text
+    pages.update(studies)
+    comparisons = comparison_groups(runs)
     for lang in LANGUAGES:
-        pages[page_path(f"{RUNS_DIR}/index.md", lang)] = render_index(entries, comparisons, lang)
+        pages[page_path(f"{RUNS_DIR}/index.md", lang)] = render_index(
+            entries, comparisons, lang, counts
+        )
         for model, runs in comparisons.items():
             path = page_path(f"{COMPARE_DIR}/{model_slug(model)}/index.md", lang)
             pages[path] = render_comparison(model, runs, lang)
@@ -579,5 +685,8 @@ __all__ = [
     "generated_nav",
     "render_comparison",
     "render_index",
+    "study_folders",
+    "study_pages",
+    "with_study_link",
     "write_pages",
 ]

@@ -20,6 +20,11 @@ RUN_B = "synthetic-b"
 RUN_XSS = "synthetic-xss"
 BROKEN = "broken-run"
 VERSION = "dev"
+STUDY = "study-demo"
+STUDY_RUNS = {
+    "--max-num-seqs 4": f"{STUDY}-max-num-seqs-4",
+    "--max-num-seqs 8": f"{STUDY}-max-num-seqs-8",
+}
 
 
 def write_site_traces(root: Path, *, broken: bool = True) -> Path:
@@ -56,9 +61,63 @@ def write_site_traces(root: Path, *, broken: bool = True) -> Path:
     manifest["model"]["name"] = MARKDOWN_MODEL + XSS
     manifest["labels"] = {XSS: XSS}
     (xss / "manifest.json").write_text(json.dumps(manifest))
+    write_study(root)
     if broken:
         write_broken_trace_set(root)
     return root
+
+
+def write_study(root: Path) -> Path:
+    """A study of two configurations (``sweeper study``: its manifest and its runs, each labelled
+    with the study and its flags), the second checking the first's advice; returns its folder."""
+    from sweeper.study.model import (
+        Advice,
+        AdvisedChange,
+        StudyConfiguration,
+        StudyManifest,
+        StudyRun,
+    )
+    from sweeper.study.model import (
+        write_study as write_manifest,
+    )
+
+    kv = ServerConfig(
+        kv_cache_tokens=Fact(value=2_000, source="metrics", detail="vllm:cache_config_info")
+    )
+    configurations = []
+    for index, (flags, run_id) in enumerate(STUDY_RUNS.items(), start=1):
+        slow = 1.0 if index == 1 else 0.8
+        folder = write_synthetic_run(
+            root,
+            run_id,
+            [SyntheticLevel(1, 40 * slow, 12 * slow), SyntheticLevel(4, 70 * slow, 14 * slow)],
+            input_len=256,
+            output_len=32,
+            config=kv,
+            labels={"study": STUDY, "flags": flags},
+        )
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["model"]["name"] = "study-model"  # not in the other runs' comparison
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        configurations.append(StudyConfiguration(
+            index=index, flags=flags, run_id=run_id, status="complete",
+            runs=[StudyRun(run_id=run_id, status="complete")],
+        ))  # fmt: skip
+    change = AdvisedChange(
+        finding="tail_cause", flag="--max-num-seqs", value=8, direction="larger",
+        predicts=[{"metric": "ttft_p99_ms", "level": 4, "from": 70.0, "to": None, "direction": "lower"}],
+        reason="tail_cause max_num_seqs", flags="--max-num-seqs 8",
+    )  # fmt: skip
+    study = StudyManifest(
+        study_id=STUDY,
+        template="server --port {port} {flags}",
+        configurations=configurations,
+        advice=Advice(
+            run_id=STUDY_RUNS["--max-num-seqs 4"], baseline="--max-num-seqs 4", changes=[change]
+        ),
+    )
+    write_manifest(root / STUDY, study)
+    return root / STUDY
 
 
 def write_broken_trace_set(root: Path) -> Path:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from sweeper.store import discover_trace_sets
-from tests.report.site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, XSS
+from tests.report.site_helpers import BROKEN, RUN_A, RUN_B, RUN_XSS, STUDY, STUDY_RUNS, XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -245,4 +245,26 @@ def test_the_runs_index_filters_by_label(browser: Browser, prefix: str) -> None:
     browser.page.locator("td .sweeper-label[data-label='config=preemption']").first.click()
     assert browser.page.input_value("input[data-sweeper-filter]") == "config=preemption"
     assert shown() == ["small-vllm-cpu-preemption"]
+    _clean(browser)
+
+
+@pytest.mark.parametrize("prefix", ["", "zh/"])
+def test_a_study_page_draws_its_charts_and_links_its_runs(browser: Browser, prefix: str) -> None:
+    """A study (``<traces>/<id>/study.json``) is a page of the site in both languages: its two
+    charts draw, it shows no None or nan, it links each member run and is linked from them."""
+    from sweeper.report.pagecheck import page_defects
+
+    browser.open(f"{prefix}runs/{STUDY}/")
+    charts, drawn = browser.chart_count()
+    assert charts == 2 and drawn == 2
+    text = browser.page.locator("article").inner_text()
+    assert "None" not in text and "nan" not in text.lower().replace("nanoseconds", "")
+    assert ("核对建议" if prefix else "The advice checked") in text
+    assert page_defects(browser.page.content()) == []
+    for run_id in STUDY_RUNS.values():
+        assert browser.page.locator(f"article a[href*='{run_id}']").count() >= 1
+    browser.open(f"{prefix}runs/{STUDY_RUNS['--max-num-seqs 8']}/")
+    browser.page.locator(f"article a[href*='{STUDY}/']").first.click()
+    browser.page.wait_for_url(f"**/{prefix}runs/{STUDY}/")
+    browser.wait_for_charts(at_least=2)
     _clean(browser)

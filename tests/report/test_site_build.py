@@ -130,3 +130,18 @@ def test_every_generated_page_passes_the_page_check(built_site) -> None:
                 if found:
                     defects[str(path.relative_to(built_site.site_dir))] = found
     assert defects == {}
+
+
+def test_a_study_is_a_page_in_both_languages_listed_and_linked(built_site) -> None:
+    from tests.report.site_helpers import STUDY, STUDY_RUNS
+
+    for prefix, heading in (("", "Study study-demo"), ("zh/", "对比实验 study-demo")):
+        page = (built_site.site_dir / prefix / "runs" / STUDY / "index.html").read_text()
+        assert heading in page and page.count('class="sweeper-chart"') == 2
+        assert page_defects(page) == [], prefix
+        index = (built_site.site_dir / prefix / "runs" / "index.html").read_text()
+        assert f'href="{STUDY}/"' in index
+        for run_id in STUDY_RUNS.values():
+            assert f'href="../{run_id}/"' in page
+            member = (built_site.site_dir / prefix / "runs" / run_id / "index.html").read_text()
+            assert f'href="../{STUDY}/"' in member
