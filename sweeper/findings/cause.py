@@ -463,18 +463,33 @@ def _prefill_words(ev: _TailEvidence, text: Text) -> None:
 
 def _signature_words(ev: _TailEvidence, text: Text) -> None:
     th = ev.th
-    text.add(
-        N_(
-            "The trace shows it: {sync} of the {n} long gaps (over {k} the p50 ITL) stall most of the "
-            "streams at once, and {overlap} of them fall inside another request's prefill (against "
-            "{normal} of ordinary gaps)."
-        ),
-        sync=Pct(ev.sync, 0),
-        n=Num(ev.numbers["stalls"], 0),
-        k=times(th.long_gap_factor),
-        overlap=Pct(ev.overlap, 0),
-        normal=Pct(ev.overlap_normal, 0) if finite(ev.overlap_normal) else "?",
-    )
+    values = {
+        "n": Num(ev.numbers["stalls"], 0),
+        "k": times(th.long_gap_factor),
+        "overlap": Pct(ev.overlap, 0),
+        "normal": Pct(ev.overlap_normal, 0) if finite(ev.overlap_normal) else "?",
+    }
+    if finite(ev.sync):
+        text.add(
+            N_(
+                "The trace shows it: {sync} of the {n} long gaps (over {k} the p50 ITL) stall most of "
+                "the streams at once, and {overlap} of them fall inside another request's prefill "
+                "(against {normal} of ordinary gaps)."
+            ),
+            sync=Pct(ev.sync, 0),
+            **values,
+        )
+    else:
+        # No other stream decoded through any long gap (at C=2 the other one is often the request
+        # prefilling): whether the stalls are shared cannot be told, so no share is quoted.
+        text.add(
+            N_(
+                "The trace shows it: {overlap} of the {n} long gaps (over {k} the p50 ITL) fall inside "
+                "another request's prefill (against {normal} of ordinary gaps). Whether they stall the "
+                "other streams at once cannot be told: no other stream was decoding through them."
+            ),
+            **values,
+        )
     if ev.chunked_on and not ev.strong:
         # The setting says chunked prefill, the timing only partly agrees: say so.
         text.add(

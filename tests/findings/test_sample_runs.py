@@ -1,0 +1,29 @@
+"""Findings of the recorded sample runs under traces/ that the synthetic runs do not reach:
+multi-turn conversations with prefix caching, an open-loop rate sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeper.findings import Finding, analyze_run
+from sweeper.store import load_trace_set
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+MULTI_TURN = TRACES / "small-vllm-cpu-multi-turn"
+
+
+@pytest.fixture(scope="module")
+def multi_turn() -> dict[str, Finding]:
+    return {f.id: f for f in analyze_run(load_trace_set(MULTI_TURN))}
+
+
+def test_tail_cause_quotes_no_share_it_cannot_compute(multi_turn: dict[str, Finding]) -> None:
+    # No other stream decoded through any long gap: the synchronized share is undefined.
+    cause = multi_turn["tail_cause"]
+    assert cause.numbers["synchronized_gap_share"] is None
+    for lang in ("en", "zh"):
+        assert "NaN" not in cause.text[lang], cause.text[lang]
+    assert "cannot be told: no other stream was decoding through them" in cause.text["en"]
+    assert "100% of the 15 long gaps" in cause.text["en"]
