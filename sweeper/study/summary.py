@@ -537,3 +537,31 @@ def render_study_summary(summary: dict[str, Any], console: Console) -> None:
         )
     for pair in summary["indistinguishable"]:
         console.print(f"[yellow]Inside the noise:[/yellow] {pair['text']}")
+    _print_advice(summary, console)
+
+
+def _print_advice(summary: dict[str, Any], console: Console) -> None:
+    """``--from-advice``: each prediction against the measurement."""
+    advice = summary.get("advice")
+    if not advice:
+        return
+    table = Table(
+        title=f"Advice of {advice['run_id']} checked (baseline {advice['baseline'] or 'no flags'})",
+        title_justify="left",
+    )
+    for header in ("change", "metric", "level", "from", "predicted", "baseline", "measured",
+                   "verdict"):  # fmt: skip
+        table.add_column(header, justify="left" if header in ("change", "metric") else "right")
+    for c in advice["checks"]:
+        digits = 0 if c["metric"] in ("kv_ceiling", "preemptions") else 1
+        predicted = _fmt(c["to"], digits) if c["to"] is not None else c["direction"]
+        table.add_row(
+            f"{c['flag']} {c['value']}", c["metric"], _fmt(c["level"], 0), _fmt(c["from"], digits),
+            predicted, _fmt(c["baseline"], digits), _fmt(c["measured"], digits),
+            c["verdict"].replace("_", " "),
+        )  # fmt: skip
+    console.print(table)
+    for item in advice["not_tried"]:
+        console.print(
+            f"Not tried (no value): {item['flag']} {item['direction']} ({item['finding']})"
+        )

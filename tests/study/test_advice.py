@@ -71,6 +71,10 @@ def test_the_summary_checks_each_prediction(checked: Path) -> None:
     assert check["baseline"] > 0  # the original flags preempt again
     assert check["measured"] == 0
     assert check["verdict"] == "confirmed"
+    table = invoke(["study", "summary", "chk", "--out", str(checked)])
+    assert table.exit_code == 0, table.output
+    assert "Advice of pool-max-num-seqs-8-kv-capacity-tokens-96 checked" in table.output
+    assert "confirmed" in table.output
 
 
 def test_the_study_page_shows_prediction_and_measurement(checked: Path) -> None:
