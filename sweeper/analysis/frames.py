@@ -266,11 +266,29 @@ def gap_frame(ts: TraceSet) -> pd.DataFrame:
     )
 
 
+def lengths_vary(workload: Workload) -> str | None:
+    """Why one request's tokens are not the workload's asked lengths, or None where they are:
+    ``"turns"`` (a conversation's later turns carry its whole history), ``"varied"`` (lengths
+    drawn from a range, a dataset or a replayed trace, or not recorded)."""
+    if (workload.turns or 0) > 1:
+        return "turns"
+    if (
+        workload.input_len is None
+        or (workload.input_len_range or 0) > 0
+        or (workload.output_len_range or 0) > 0
+        or (workload.dataset is not None and workload.dataset != "random")
+        or workload.arrival == "trace"
+    ):
+        return "varied"
+    return None
+
+
 def request_tokens(workload: Workload, levels: pd.DataFrame) -> tuple[float | None, float | None]:
-    """Input and output tokens of one request: as the workload asked, else the mean over the
-    levels of what was measured (a level's ``prompt_tokens_mean`` / ``output_tokens_mean``).
-    The mean, not the largest: the KV pool holds many requests at once, so what fits is set by
-    the typical one. None where neither is known."""
+    """Input and output tokens of one request: as the workload asked where every request asks
+    the same (:func:`lengths_vary` is None), else the mean over the levels of what was measured
+    (a level's ``prompt_tokens_mean`` / ``output_tokens_mean``), the asked length only where
+    nothing was measured. The mean, not the largest: the KV pool holds many requests at once, so
+    what fits is set by the typical one. None where neither is known."""
 
     def measured(column: str) -> float | None:
         if column not in levels.columns:
@@ -278,9 +296,12 @@ def request_tokens(workload: Workload, levels: pd.DataFrame) -> tuple[float | No
         value = pd.to_numeric(levels[column], errors="coerce").mean()
         return float(value) if finite(value) and value > 0 else None
 
-    inp = float(workload.input_len) if workload.input_len else measured("prompt_tokens_mean")
-    out = float(workload.output_len) if workload.output_len else measured("output_tokens_mean")
-    return inp, out
+    asked_in = float(workload.input_len) if workload.input_len else None
+    asked_out = float(workload.output_len) if workload.output_len else None
+    vary = lengths_vary(workload) is not None
+    inp = measured("prompt_tokens_mean") if vary or asked_in is None else None
+    out = measured("output_tokens_mean") if vary or asked_out is None else None
+    return (asked_in if inp is None else inp), (asked_out if out is None else out)
 
 
 def gpus_of(ts: TraceSet | RunManifest) -> int:

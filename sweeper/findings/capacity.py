@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sweeper.analysis.frames import lengths_vary
 from sweeper.analysis.thresholds import Thresholds
 from sweeper.findings._words import (
     Missing,
@@ -101,6 +102,7 @@ def kv_ceiling(data: RunFrames, th: Thresholds) -> Finding:
     seqs_above = finite(max_seqs) and float(max_seqs) > pool.ceiling
     text = Text()
     _ceiling_words(text, pool, max_seqs, seqs_above=seqs_above)
+    _measured_lengths_words(text, lengths_vary(data.manifest.workload))
     rate_run = data.manifest.workload.open_loop
     if finite(need[-1]):
         _top_level_words(text, data.concurrencies[-1], need[-1], occupancy[-1], observed[-1])
@@ -237,6 +239,25 @@ def _ceiling_words(text: Text, pool: _Pool, max_seqs: Any, *, seqs_above: bool) 
     )
     if finite(max_seqs):
         text.add(N_("--max-num-seqs {m} binds first."), m=Num(float(max_seqs), 0))
+
+
+def _measured_lengths_words(text: Text, why: str | None) -> None:
+    """Where one request's tokens are the measured means rather than the asked lengths, why."""
+    if why == "turns":
+        text.add(
+            N_(
+                "The tokens per request are the measured means (the prompt as the server counted "
+                "it), not the asked lengths: each later turn of a conversation carries the whole "
+                "history before it."
+            )
+        )
+    elif why == "varied":
+        text.add(
+            N_(
+                "The tokens per request are the measured means (the prompt as the server counted "
+                "it): the lengths vary from request to request."
+            )
+        )
 
 
 def _top_level_words(

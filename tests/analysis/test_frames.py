@@ -15,6 +15,7 @@ from sweeper.analysis.frames import (
     gap_frame,
     level_frame,
     request_frame,
+    request_tokens,
 )
 from sweeper.schema import (
     Fact,
@@ -24,6 +25,7 @@ from sweeper.schema import (
     RequestTrace,
     ServerConfig,
     Source,
+    Workload,
 )
 from sweeper.store import TraceSet, load_trace_set, write_trace_set
 from sweeper.testing.factories import (
@@ -349,3 +351,30 @@ def test_a_short_pause_between_two_attempts_of_a_level_is_left_out(tmp_path: Pat
     row = level_frame(ts).iloc[0]
     assert row["paused_s"] == pytest.approx(4.5)  # 2.0 -> 6.5 of the idle 1.99 -> 7.0
     assert row["duration_s"] == pytest.approx(7.99 - 4.5)
+
+
+_MEASURED = pd.DataFrame({"prompt_tokens_mean": [300.0, 500.0], "output_tokens_mean": [30.0, 34.0]})
+
+
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        # Every request asks the same: the asked lengths, whatever was measured.
+        (Workload(input_len=200, output_len=32), (200.0, 32.0)),
+        # Later turns carry the whole history: the measured means.
+        (Workload(input_len=200, output_len=32, turns=3), (400.0, 32.0)),
+        (Workload(input_len=200, output_len=32, input_len_range=0.5), (400.0, 32.0)),
+        (Workload(input_len=200, output_len=32, dataset="sharegpt:x.json"), (400.0, 32.0)),
+        (Workload(input_len=None, output_len=32), (400.0, 32.0)),
+        (Workload(input_len=None, output_len=None), (400.0, 32.0)),
+    ],
+)
+def test_request_tokens_are_measured_where_requests_differ(
+    workload: Workload, expected: tuple[float, float]
+) -> None:
+    assert request_tokens(workload, _MEASURED) == expected
+
+
+def test_request_tokens_fall_back_to_the_asked_lengths_where_nothing_was_measured() -> None:
+    workload = Workload(input_len=200, output_len=32, turns=3)
+    assert request_tokens(workload, pd.DataFrame({"concurrency": [1]})) == (200.0, 32.0)

@@ -27,3 +27,13 @@ def test_tail_cause_quotes_no_share_it_cannot_compute(multi_turn: dict[str, Find
         assert "NaN" not in cause.text[lang], cause.text[lang]
     assert "cannot be told: no other stream was decoding through them" in cause.text["en"]
     assert "100% of the 15 long gaps" in cause.text["en"]
+
+
+def test_kv_need_of_a_conversation_is_its_measured_prompt(
+    multi_turn: dict[str, Finding],
+) -> None:
+    # 200 new tokens a turn, but turns 2 and 3 carry the history (~440 prompt tokens on average).
+    ceiling = multi_turn["kv_ceiling"]
+    assert 400 < ceiling.numbers["tokens_per_request"] < 500
+    assert "each later turn of a conversation carries the whole history" in ceiling.text["en"]
+    assert "对话的后续每一轮都带着此前的全部历史" in ceiling.text["zh"]
