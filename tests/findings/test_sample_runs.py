@@ -37,3 +37,11 @@ def test_kv_need_of_a_conversation_is_its_measured_prompt(
     assert 400 < ceiling.numbers["tokens_per_request"] < 500
     assert "each later turn of a conversation carries the whole history" in ceiling.text["en"]
     assert "对话的后续每一轮都带着此前的全部历史" in ceiling.text["zh"]
+
+
+def test_zh_says_a_change_that_is_a_fall_neutrally(multi_turn: dict[str, Finding]) -> None:
+    # p50 ITL falls from C=2 to C=4 (-11%) and per-request speed falls too: no word for a rise.
+    itl, speed = multi_turn["itl_tail"].text["zh"], multi_turn["long_input"].text["zh"]
+    assert "p50 ITL 从 19.4 ms 变为 17.2 ms（-11%）" in itl
+    assert "涨" not in itl
+    assert "从 C=2 的 30.3 tok/s 变为 C=4 的 25.5 tok/s（-16%）" in speed
