@@ -111,9 +111,12 @@ def workload_options(manifest: RunManifest) -> dict[str, Any]:
     for name in ("input_len", "output_len", "seed", "ignore_eos"):
         if w.get(name) is not None:
             out[name] = w[name]
-    for name in ("input_len_range", "output_len_range", "sessions", "turns", "think_time_ms"):
+    for name in ("input_len_range", "output_len_range", "sessions", "turns", "think_time_ms",
+                 "trace_speedup", "shared_prefix"):  # fmt: skip
         if w.get(name) is not None:
             out[name] = w[name]
+    if w.get("dataset") not in (None, "random"):
+        out["dataset"] = w["dataset"]  # a file the run read must still be there
     levels = [int(c) for c in w.get("concurrency_levels") or []]
     rates = w.get("request_rates") or {}
     if rates:

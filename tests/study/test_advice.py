@@ -134,3 +134,22 @@ def test_a_latency_prediction_is_judged_against_the_baseline_and_the_noise(
               "metrics": {"itl_ms.p99": {"a": 300.0, "b": b, "change_pct": change, "significant": significant}}}]  # fmt: skip
     (check,) = check_advice(_advice(itl), configs, diffs, Path("/nonexistent"))
     assert (check["baseline"], check["measured"], check["verdict"]) == (300.0, b, verdict)
+
+
+def test_workload_options_of_a_rate_run_record_its_rates() -> None:
+    import math
+
+    from sweeper.testing.factories import SyntheticLevel, synthetic_manifest
+
+    manifest = synthetic_manifest(
+        "rates", [SyntheticLevel(1, 10, 5, requests=16), SyntheticLevel(2, 10, 5, requests=16)],
+        input_len=64, output_len=16,
+    )  # fmt: skip
+    manifest.workload.load = "rate"
+    manifest.workload.request_rates = {"1": 0.5, "2": math.inf}
+    manifest.workload.arrival = "poisson"
+    manifest.workload.max_concurrency = 16
+    options = workload_options(manifest)
+    assert options["request_rate"] == "0.5,inf" and "concurrency" not in options
+    assert (options["arrival"], options["max_concurrency"]) == ("poisson", 16)
+    assert options["requests_per_level"] == "16"
