@@ -54,30 +54,30 @@ def chart_levels(levels: pd.DataFrame, rates: LevelRates, lang: str) -> pd.DataF
 
 
 def _rate_frame(page: PageLike, levels: pd.DataFrame) -> pd.DataFrame:
-    """Offered, sent and completed requests per second per level: the knee finding's (the
-    completion rate between first and last completion), else the level frame's."""
+    """Offered, sent and completed requests per second per level. Sent: the knee finding's, else
+    the level frame's achieved rate; ``burst`` marks the all-at-once level, whose sent rate is
+    only how fast one burst left the client. Completed: the level frame's
+    ``request_throughput_rps`` (completed ÷ duration_s), the rate the summary and goodput use."""
     knee = page.run.finding("knee")
-    numbers: Mapping[str, Any] = knee.numbers if knee is not None else {}
+    given = knee.numbers.get("sent_rps") if knee is not None else None
 
-    def per_level(key: str, fallback: str) -> list[float]:
-        given = numbers.get(key)
-        out = []
-        for _, row in levels.iterrows():
-            value = given.get(str(int(row["concurrency"]))) if isinstance(given, Mapping) else None
-            if not finite(value):
-                value = row.get(fallback)
-            out.append(float(value) if finite(value) else math.nan)
-        return out
+    def sent(row: pd.Series) -> float:
+        value = given.get(str(int(row["concurrency"]))) if isinstance(given, Mapping) else None
+        if not finite(value):
+            value = row.get("achieved_rate_rps")
+        return float(value) if finite(value) else math.nan
 
     offered = [page.rates.get(int(c), math.nan) for c in levels["concurrency"]]
+    completed = levels.get("request_throughput_rps", pd.Series(math.nan, index=levels.index))
     return pd.DataFrame(
         {
             "concurrency": levels["concurrency"].to_numpy(),
             charts.RATE_LABEL: levels[charts.RATE_LABEL].to_numpy(),
             charts.RATE_X: levels[charts.RATE_X].to_numpy(),
             "offered_rps": [r if math.isfinite(r) else math.nan for r in offered],
-            "sent_rps": per_level("sent_rps", "achieved_rate_rps"),
-            "completed_rps": per_level("completed_rps", "request_throughput_rps"),
+            "sent_rps": [sent(row) for _, row in levels.iterrows()],
+            "completed_rps": pd.to_numeric(completed, errors="coerce").to_numpy(dtype=float),
+            "burst": [math.isinf(r) for r in offered],
         }
     )
 
@@ -87,6 +87,9 @@ def rate_follow_section(page: PageLike, levels: pd.DataFrame) -> None:
     lang = page.lang
     page.heading(tr(lang, "Offered against achieved rate"))
     frame = _rate_frame(page, levels)
+    # The all-at-once level's sent rate (thousands per second: one burst) would stretch the log
+    # axis over everything else; its completed point stays.
+    frame.loc[frame["burst"], "sent_rps"] = math.nan
     if frame[["sent_rps", "completed_rps"]].notna().any().any():
         page.figure(
             tr(lang, "Requests per second: offered, sent, completed"),
@@ -94,9 +97,10 @@ def rate_follow_section(page: PageLike, levels: pd.DataFrame) -> None:
             tr(
                 lang,
                 "Log-log axes. The dashed diagonal is the offered rate; sent is what the client "
-                "sent per second, completed what the server finished per second (between the "
-                "level's first and last completion). Where completed leaves the diagonal, the "
-                "server has saturated; all at once is drawn at the right end.",
+                "sent per second, completed what the server finished per second (completed "
+                "requests ÷ the level's duration, as in the summary). Where completed leaves the "
+                "diagonal, the server has saturated; all at once is drawn at the right end, with "
+                "no sent point: it sends everything in one burst.",
             ),
         )
     page.finding("scaling")
@@ -252,7 +256,7 @@ def rate_data_table(page: PageLike, kv: tuple[float, float] | None) -> None:
         c = int(row["concurrency"])
         cells = [
             esc(row[charts.RATE_LABEL]),
-            num(rates.loc[c, "sent_rps"], lang, 2),
+            tr(lang, "burst") if rates.loc[c, "burst"] else num(rates.loc[c, "sent_rps"], lang, 2),
             num(rates.loc[c, "completed_rps"], lang, 2),
             num(row.get("client_queue_p90_ms"), lang),
             _inflight(row, lang),
@@ -275,7 +279,9 @@ def rate_data_table(page: PageLike, kv: tuple[float, float] | None) -> None:
         lang,
         "Latencies in ms, from when each request was sent; TTFT p99 from schedule counts from when "
         "the schedule said to send it (what a user waits). Client queue: sent − scheduled. "
-        "Completed req/s: between the level's first and last completion.",
+        "Completed req/s: completed requests ÷ the level's duration, as in the summary and "
+        "goodput. Burst: the all-at-once level sends every request at once, so it has no sent "
+        "rate.",
     )
     note += " " + tr(
         lang,

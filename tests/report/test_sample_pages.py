@@ -25,3 +25,37 @@ def runs() -> dict[str, RunReport]:
 @pytest.mark.parametrize("name", SAMPLES)
 def test_sample_page_has_no_defect(runs: dict[str, RunReport], name: str, lang: str) -> None:
     assert page_defects(render_run_page(runs[name], lang)) == []
+
+
+def _rate_follow_values(page: str) -> list[dict]:
+    import html
+    import json
+    import re
+
+    for m in re.findall(r'data-spec="([^"]*)"', page):
+        spec = json.loads(html.unescape(m))
+        values = [row for ds in spec.get("datasets", {}).values() for row in ds]
+        if any(row.get("kind") == "sent_rps" for row in values):
+            return values
+    raise AssertionError("no rate_follow chart")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_rate_page_leaves_the_burst_sent_rate_out(runs: dict[str, RunReport], lang: str) -> None:
+    run = runs["small-vllm-cpu-poisson"]
+    page = render_run_page(run, lang)
+    values = _rate_follow_values(page)
+    top = int(run.levels["concurrency"].max())  # the all-at-once level
+    kinds = {row["kind"] for row in values if row["concurrency"] == top}
+    assert kinds == {"completed_rps"}  # its completed point stays, its 2,167 req/s sent does not
+    assert max(row["rps"] for row in values) < 100
+    burst = "burst" if lang == "en" else "一次发出"
+    assert f"| {burst} |" in page
+    assert "2,167" not in page
+
+
+def test_rate_table_completes_at_the_summary_rate(runs: dict[str, RunReport]) -> None:
+    # 4 req/s: 16 completed in 7.52 s, 2.13 req/s, as the summary and goodput count it.
+    page = render_run_page(runs["small-vllm-cpu-poisson"], "en")
+    row = next(line for line in page.splitlines() if line.startswith("| 4 req/s |"))
+    assert row.split(" | ")[2] == "2.13"
