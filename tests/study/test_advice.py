@@ -153,3 +153,28 @@ def test_workload_options_of_a_rate_run_record_its_rates() -> None:
     assert options["request_rate"] == "0.5,inf" and "concurrency" not in options
     assert (options["arrival"], options["max_concurrency"]) == ("poisson", 16)
     assert options["requests_per_level"] == "16"
+
+
+def test_a_larger_prefill_budget_shortens_the_itl_tail_as_advised(tmp_path: Path) -> None:
+    """The scripted server cuts 256-token prompts into 32-token chunks (1 ms a prefill token):
+    each new request stalls the decoding streams for 8 steps. The findings name chunked prefill
+    and propose --max-num-batched-tokens 256 (one step per prompt: with 512 output tokens, one
+    stall in 128 gaps, under 1%); the p99 ITL at C=4 shrinks, beyond the noise."""
+    template = (
+        f"{sys.executable} -m sweeper.testing.server --port {{port}} --mode batching "
+        "--step-per-prefill-token-ms 1.0 {flags}"
+    )
+    sweep = ["--concurrency", "4", "--requests-per-level", "8", "--warmup", "0",
+             "--input-len", "256", "--output-len", "512", "--scrape-interval", "0.5", "--quiet"]  # fmt: skip
+    first = invoke(["study", "run", "cp", "--serve", template, "--out", str(tmp_path),
+                    "--config", "--max-num-batched-tokens 32", *sweep])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    result = invoke(["study", "run", "cpchk", "--from-advice", "cp-max-num-batched-tokens-32",
+                     "--serve", template, "--out", str(tmp_path), "--quiet"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (check,) = summarize_study("cpchk", tmp_path)["advice"]["checks"]
+    assert (check["flag"], check["value"], check["metric"], check["level"]) == (
+        "--max-num-batched-tokens", 256, "itl_p99_ms", 4,
+    )  # fmt: skip
+    assert check["measured"] < 0.5 * check["baseline"], check
+    assert check["verdict"] == "confirmed"
