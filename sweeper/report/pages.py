@@ -389,7 +389,12 @@ def _headline(page: _Page) -> None:
     if scaling is not None and finite(scaling.numbers.get("speedup_max")):
         items.append(
             (
-                tr(lang, "Speed-up at the top level"),
+                tr(
+                    lang,
+                    N_("Speed-up at the highest offered rate")
+                    if page.rates
+                    else N_("Speed-up at the top level"),
+                ),
                 f"{fmt_fixed(scaling.numbers['speedup_max'], lang, 1)} ×",
                 None,
             )
@@ -532,7 +537,15 @@ def _tail_sections(page: _Page) -> None:
             charts.chart_e2el_breakdown(e2el, chart_labels(lang, "e2el_breakdown")),
             tr(
                 lang,
-                "Median end-to-end latency per level, split into time to first token and decoding time.",
+                N_(
+                    "Median end-to-end latency per offered rate, split into time to first token "
+                    "and decoding time."
+                )
+                if page.rates
+                else N_(
+                    "Median end-to-end latency per level, split into time to first token and "
+                    "decoding time."
+                ),
             ),
         )
     _kv_section(page)
@@ -572,10 +585,18 @@ def _kv_section(page: _Page) -> None:
     )
     if observed is not None:
         caption += " " + tr(
-            lang, "Diamonds: the highest KV usage the server reported during the level."
+            lang,
+            N_("Diamonds: the highest KV usage the server reported at each offered rate.")
+            if page.rates
+            else N_("Diamonds: the highest KV usage the server reported during the level."),
         )
     page.figure(
-        tr(lang, "KV cache pool occupancy per level"),
+        tr(
+            lang,
+            N_("KV cache pool occupancy per offered rate")
+            if page.rates
+            else N_("KV cache pool occupancy per level"),
+        ),
         charts.chart_kv_occupancy(
             chart_levels(run.levels, page.rates, lang),
             chart_labels(lang, "kv_occupancy"),
@@ -598,7 +619,7 @@ def timeline_level(run: RunReport) -> int | None:
 
 
 def _timeline_section(page: _Page) -> None:
-    run, lang = page.run, page.lang
+    run = page.run
     level = timeline_level(run)
     if level is None:
         return
@@ -611,17 +632,36 @@ def _timeline_section(page: _Page) -> None:
     )
     page.figure(
         page.tl("Request timeline at C={concurrency}").format(concurrency=page.lv(level)),
-        charts.chart_request_timeline(run.requests, level, chart_labels(lang, "request_timeline")),
-        trn(
-            lang,
-            "The first {shown} request of the level in send order: waiting for the first token, then "
-            "decoding; the tick marks the first token.",
-            "The first {shown} requests of the level in send order: waiting for the first token, then "
-            "decoding; the tick marks the first token.",
+        charts.chart_request_timeline(run.requests, level, _timeline_labels(page)),
+        _timeline_caption(page, shown) + _queue_note(page, level),
+    )
+
+
+def _timeline_caption(page: _Page, shown: int) -> str:
+    if page.rates:
+        return trn(
+            page.lang,
+            "The first {shown} request of the rate level in send order: waiting for the first "
+            "token, then decoding; the tick marks the first token.",
+            "The first {shown} requests of the rate level in send order: waiting for the first "
+            "token, then decoding; the tick marks the first token.",
             shown,
         ).format(shown=shown)
-        + _queue_note(page, level),
-    )
+    return trn(
+        page.lang,
+        "The first {shown} request of the level in send order: waiting for the first token, then "
+        "decoding; the tick marks the first token.",
+        "The first {shown} requests of the level in send order: waiting for the first token, then "
+        "decoding; the tick marks the first token.",
+        shown,
+    ).format(shown=shown)
+
+
+def _timeline_labels(page: _Page) -> dict[str, str]:
+    labels = chart_labels(page.lang, "request_timeline")
+    if page.rates:
+        labels["x"] = tr(page.lang, "Seconds since the rate level started")
+    return labels
 
 
 def _queue_note(page: _Page, level: int) -> str:
@@ -737,7 +777,14 @@ def _slo_section(page: _Page) -> None:
     slo = run.finding("slo_table")
     if slo is None:
         return
-    page.heading(tr(lang, "Choosing a level by service level"))
+    page.heading(
+        tr(
+            lang,
+            N_("Choosing an offered rate by service level")
+            if page.rates
+            else N_("Choosing a level by service level"),
+        )
+    )
     page.finding("slo_table")
     rows = (slo.numbers or {}).get("rows") or []
     if not rows:

@@ -56,7 +56,10 @@ def recorded_section(ts: TraceSet, lang: str) -> list[str]:
         workload = [
             [tr(lang, "Concurrency levels"), esc(", ".join(map(str, wl.concurrency_levels)))]
         ]
-    workload.append([tr(lang, "Warm-up requests per level"), str(wl.warmup_per_level)])
+    warmup = (
+        N_("Warm-up requests per rate level") if wl.open_loop else N_("Warm-up requests per level")
+    )
+    workload.append([tr(lang, warmup), str(wl.warmup_per_level)])
     workload += workload_rows(wl, lang)
     if wl.ignore_eos is not None:
         workload.append(["ignore_eos", str(wl.ignore_eos).lower()])

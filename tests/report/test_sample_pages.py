@@ -59,3 +59,24 @@ def test_rate_table_completes_at_the_summary_rate(runs: dict[str, RunReport]) ->
     page = render_run_page(runs["small-vllm-cpu-poisson"], "en")
     row = next(line for line in page.splitlines() if line.startswith("| 4 req/s |"))
     assert row.split(" | ")[2] == "2.13"
+
+
+def test_zh_rate_page_calls_a_level_a_rate_not_a_concurrency(runs: dict[str, RunReport]) -> None:
+    page = render_run_page(runs["small-vllm-cpu-poisson"], "zh")
+    for words in (
+        "按 SLO 反查速率",
+        "最高速率级别的吞吐增益",
+        "各速率级别的 KV cache 池占用",
+        "菱形：各速率级别期间服务端报告的最高 KV 占用。",
+        "各速率级别的中位端到端延迟",
+        "该速率级别开始后的秒数",  # the timeline's axis, in its spec
+        "该速率级别按发送顺序的前 16 条请求",
+    ):
+        assert words in page, words
+    assert "并发点" not in page and "反查并发" not in page
+
+
+def test_zh_closed_loop_page_keeps_its_concurrency_words(runs: dict[str, RunReport]) -> None:
+    page = render_run_page(runs["small-vllm-cpu-multi-turn"], "zh")
+    assert "按 SLO 反查并发" in page and "各并发点的 KV cache 池占用" in page
+    assert "速率级别" not in page
