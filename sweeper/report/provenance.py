@@ -5,6 +5,7 @@ log, user...)."""
 from __future__ import annotations
 
 import html
+import shlex
 from typing import Any
 
 from sweeper.findings.levels import level_name, level_rates
@@ -32,7 +33,9 @@ def recorded_section(ts: TraceSet, lang: str) -> list[str]:
     rows.append([tr(lang, "sweeper version"), esc(m.sweeper_version)])
     blocks.append(table([tr(lang, "What"), tr(lang, "Value")], rows, numeric=False))
     if m.source.command:
-        command = " ".join(m.source.command).replace("```", "'''")
+        # Quoted as a shell needs it (its secrets were masked when it was recorded), so that a
+        # label with spaces can be copied and run again.
+        command = shlex.join(m.source.command).replace("```", "'''")
         blocks += [tr(lang, "Command:"), f"```text\n{command}\n```"]
     facts = fact_rows(ts)
     if facts:

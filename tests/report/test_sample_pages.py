@@ -80,3 +80,13 @@ def test_zh_closed_loop_page_keeps_its_concurrency_words(runs: dict[str, RunRepo
     page = render_run_page(runs["small-vllm-cpu-multi-turn"], "zh")
     assert "按 SLO 反查并发" in page and "各并发点的 KV cache 池占用" in page
     assert "速率级别" not in page
+
+
+def test_the_command_block_can_be_copied_into_a_shell(runs: dict[str, RunReport]) -> None:
+    import shlex
+
+    run = runs["small-vllm-cpu-poisson"]
+    page = render_run_page(run, "en")
+    block = page.split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert "--label 'hardware=2-core CPU VM (vLLM CPU build)'" in block
+    assert shlex.split(block) == run.ts.manifest.source.command
