@@ -155,6 +155,9 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         for entry in site.load_entries(self.traces_path, root / PAGE_CACHE):
             for problem in entry.problems():
                 log.warning("sweeper: %s", problem)
+        for folder in site.study_folders(self.traces_path):
+            if site.page_path(f"{site.RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
+                log.warning("sweeper: %s: the study has no page (its summary failed)", folder)
         if config.nav is not None and not _extend_nav(config.nav, site.generated_nav(pages)):
             log.info(
                 "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"
