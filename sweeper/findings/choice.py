@@ -409,11 +409,16 @@ def long_input(data: RunFrames, th: Thresholds, tail_cause: str | None = None) -
     }
     text = Text()
     if per_gpu is not None:
+        falls = N_(
+            "Per-request generation speed (output tokens ÷ E2EL) falls from {g0} tok/s at C={c0} to {g1} "
+            "tok/s at C={c1} ({drop}), while throughput per GPU goes from {p0} to {p1} tok/s."
+        )
+        rises = N_(
+            "Per-request generation speed (output tokens ÷ E2EL) rises from {g0} tok/s at C={c0} to {g1} "
+            "tok/s at C={c1} ({drop}), while throughput per GPU goes from {p0} to {p1} tok/s."
+        )
         text.add(
-            N_(
-                "Per-request generation speed (output tokens ÷ E2EL) falls from {g0} tok/s at C={c0} to {g1} "
-                "tok/s at C={c1} ({drop}), while throughput per GPU goes from {p0} to {p1} tok/s."
-            ),
+            rises if drops[i] < 0 else falls,
             g0=tok_s(g0),
             c0=base_c,
             g1=tok_s(float(gen.iloc[i])),

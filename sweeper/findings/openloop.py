@@ -314,7 +314,10 @@ def _evidence_words(text: Text, lv: _RateLevel, low: _RateLevel, cap: int | None
         )
     elif "completed" in lv.signs:
         text.add(
-            N_("At {b} only {done} req/s completed of the {arrived} req/s sent ({share})."),
+            N_(
+                "At {b} only {done} req/s completed (between its first and last completion) of "
+                "the {arrived} req/s sent ({share})."
+            ),
             b=Level(lv.key),
             done=Num(lv.completed, 2),
             arrived=Num(lv.sent if finite(lv.sent) else lv.schedule, 2),
@@ -345,8 +348,9 @@ def _capacity_words(text: Text, levels: list[_RateLevel], numbers: dict[str, Any
     best = max((lv for lv in levels if finite(lv.completed)), key=lambda lv: lv.completed)
     text.add(
         N_(
-            "The most it completed is {cap} req/s (at {at}): offering more only lengthens the "
-            "queue, and latency from the schedule grows with the length of the run."
+            "The most it completed is {cap} req/s (at {at}, between its first and last "
+            "completion): offering more only lengthens the queue, and latency from the schedule "
+            "grows with the length of the run."
         ),
         cap=Num(best.completed, 2),
         at=Level(best.key),
