@@ -3,7 +3,9 @@
 An :class:`SLO` term bounds one statistic of one latency. It is read two ways:
 
 - per level (the findings' recommended point and SLO table): the level's statistic,
-  ``level_frame[slo.column]`` (``ttft_p99_ms``), is within the bound (:meth:`SLO.met`);
+  ``level_frame[slo.column_for(row)]``, is within the bound (:meth:`SLO.met`): ``ttft_p99_ms``
+  in a closed loop, ``ttft_sched_p99_ms`` (from the schedule) for a ttft / e2el term of an
+  open-loop level;
 - per request (goodput, DistServe's definition: completed requests per second that meet every
   term; :func:`requests_meeting`): a ttft / tpot / e2el term bounds the request's own value
   whatever the term's stat (in an open loop TTFT and E2EL count from when the schedule said to
@@ -54,9 +56,29 @@ class SLO(BaseModel):
             return f"{self.metric}_{self.stat}<={self.bound_ms / MS_PER_S:g}s"
         return f"{self.metric}_{self.stat}<={self.bound_ms:g}ms"
 
+    @property
+    def sched_column(self) -> str | None:
+        """The level_frame column of the statistic counted from the schedule
+        (``ttft_sched_p99_ms``), for a ttft / e2el term; None for tpot / itl."""
+        if self.metric in ("ttft", "e2el"):
+            return f"{self.metric}_sched_{self.stat}_ms"
+        return None
+
+    def column_for(self, row: pd.Series | Mapping[str, object]) -> str:
+        """The column that judges this level: in an open loop (the row's
+        ``<metric>_sched_<stat>_ms`` is finite) a ttft / e2el term counts from when the
+        schedule said to send, as the user waited from then; else :attr:`column`."""
+        sched = self.sched_column
+        if sched is not None:
+            value = row.get(sched)
+            if isinstance(value, int | float | np.number) and bool(np.isfinite(value)):
+                return sched
+        return self.column
+
     def met(self, row: pd.Series) -> bool:
-        """Whether a level (a row of level_frame) meets this term."""
-        value = row.get(self.column)
+        """Whether a level (a row of level_frame) meets this term (judged on
+        :meth:`column_for`: from the schedule in an open loop)."""
+        value = row.get(self.column_for(row))
         return value is not None and bool(np.isfinite(value)) and float(value) <= self.bound_ms
 
 

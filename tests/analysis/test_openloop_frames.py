@@ -179,3 +179,26 @@ def test_turn_frame(tmp_path: Path) -> None:
 def test_turn_frame_is_empty_without_turns(sweep: TraceSet) -> None:
     turns = turn_frame(request_frame(sweep))
     assert turns.empty and list(turns.columns) == TURN_COLUMNS
+
+
+def test_an_open_loop_level_meets_a_latency_slo_from_the_schedule(tmp_path: Path) -> None:
+    """Requests that queued 500 ms in the client have a 50 ms TTFT from their send and 550 ms from
+    their schedule: the user waited from the schedule, so ``ttft_p99<=200ms`` is not met (issue
+    12); a closed loop (no schedule) is judged from the send as before."""
+    requests = [open_trace(f"r1-{i:05d}", 1, i * 100, i * 100 + 500, [50, 60]) for i in range(4)]
+    row = level_frame(write_rate_run(tmp_path / "queued", requests, [10.0])).iloc[0]
+    assert row["ttft_p99_ms"] == pytest.approx(50)
+    assert row["ttft_sched_p99_ms"] == pytest.approx(550)
+    for text, column in (
+        ("ttft_p99<=200ms", "ttft_sched_p99_ms"),
+        ("e2el_p50<=200ms", "e2el_sched_p50_ms"),
+    ):
+        (term,) = parse_slos(text)
+        assert term.column_for(row) == column
+        assert not term.met(row)
+        assert term.column == column.replace("_sched", "")  # the send's column, for callers
+    (itl,) = parse_slos("itl_p50<=20ms")
+    assert itl.column_for(row) == "itl_p50_ms" and itl.met(row)
+    closed = level_frame(multi_turn(tmp_path / "mt")).iloc[0]
+    (ttft,) = parse_slos("ttft_p99<=200ms")
+    assert ttft.column_for(closed) == "ttft_p99_ms" and ttft.met(closed)
