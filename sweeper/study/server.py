@@ -10,7 +10,8 @@ A server must never outlive the study. Three guards, for the three ways a study 
 - whatever that leaves (a server that ignores SIGTERM, its children): the pid file in the study
   folder names the process group, and the next ``sweeper study run`` on the study (``--resume``
   or not) ends it before anything else (:func:`reap_stale_server`), after checking the process
-  is still the one it started (its command line).
+  is still the one it started: the pid file holds its pid, its process group and its start time
+  (``/proc/<pid>/stat`` field 22), never its command line (which may hold a secret).
 
 The template is split into words (shell quoting) with ``{port}`` and ``{flags}`` replaced; it is
 run without a shell, so a signal reaches the server itself. Leading ``NAME=value`` words set
@@ -29,7 +30,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,7 +152,7 @@ class ServerProcess:
                 message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
                 log.write((message + "\n").encode())
                 raise ServerStartError(message, message) from exc
-        write_pid_file(self.pid_file, self.process.pid, self.argv)
+        write_pid_file(self.pid_file, self.process.pid)
         try:
             self._wait_healthy()
         except BaseException:
@@ -233,30 +234,41 @@ def _group_alive(pgid: int, process: subprocess.Popen[bytes] | None) -> bool:
     return True
 
 
-def write_pid_file(path: Path, pid: int, argv: Sequence[str]) -> None:
-    path.write_text(json.dumps({"pid": pid, "pgid": pid, "argv": list(argv)}) + "\n")
+def write_pid_file(path: Path, pid: int) -> None:
+    """The pid file: the server's pid, its process group (its own: the same number) and its start
+    time (clock ticks after boot), by which a later study knows the pid is still that process."""
+    data = {"pid": pid, "pgid": pid, "start_time": process_start_time(pid)}
+    path.write_text(json.dumps(data) + "\n")
 
 
-def _cmdline(pid: int) -> list[str] | None:
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (when the process started, in clock ticks after boot),
+    read after the ``)`` that ends the command name (which may hold spaces and parentheses);
+    None when there is no such process."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    fields = stat.rpartition(")")[2].split()
+    try:
+        return int(fields[19])  # fields 3.. follow the ")": field 22 is the 20th
+    except (IndexError, ValueError):
+        return None
 
 
 def reap_stale_server(pid_file: Path) -> str | None:
-    """End the server a killed study left (its pid file), if that process still runs the
-    command it was started with; remove the pid file. Returns what was done, or None."""
+    """End the server a killed study left (its pid file), if that pid is still the process it
+    started (the same start time): SIGTERM, then SIGKILL, to its process group; remove the pid
+    file. Returns what was done, or None."""
     try:
         data = json.loads(pid_file.read_text())
-        pid, pgid, argv = int(data["pid"]), int(data["pgid"]), list(data["argv"])
+        pid, pgid, started = int(data["pid"]), int(data["pgid"]), data["start_time"]
     except (OSError, ValueError, KeyError, TypeError):
         pid_file.unlink(missing_ok=True)
         return None
-    running = _cmdline(pid)
+    running = process_start_time(pid)
     note = None
-    if running is not None and running == argv:
+    if running is not None and started is not None and running == started:
         stop_group(pgid)
         note = f"stopped the server a previous study process left running (pid {pid})"
     elif running is None and _group_alive(pgid, None):
