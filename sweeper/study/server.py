@@ -152,8 +152,8 @@ class ServerProcess:
                 message = f"cannot start {self.argv[0]!r}: {exc.strerror or exc}"
                 log.write((message + "\n").encode())
                 raise ServerStartError(message, message) from exc
-        write_pid_file(self.pid_file, self.process.pid)
         try:
+            write_pid_file(self.pid_file, self.process.pid)
             self._wait_healthy()
         except BaseException:
             self.stop()

@@ -14,11 +14,12 @@ import pytest
 
 from sweeper.study import server as server_module
 from sweeper.study.server import (
+    ServerProcess,
     process_start_time,
     reap_stale_server,
     write_pid_file,
 )
-from tests.study.helpers import alive
+from tests.study.helpers import alive, wait_for
 
 # A console script (as `vllm` is): its command line is [python, /path/script, ...], not its argv.
 STUBBORN = f"""#!{sys.executable}
@@ -82,3 +83,25 @@ def test_a_pid_now_of_another_process_is_left_alone(tmp_path: Path) -> None:
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def test_a_pid_file_that_cannot_be_written_stops_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[int] = []
+
+    def fail(path: Path, pid: int) -> None:
+        started.append(pid)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(server_module, "write_pid_file", fail)
+    server = ServerProcess(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        {},
+        1,
+        tmp_path / "server.log",
+        tmp_path / "server.pid",
+    )
+    with pytest.raises(OSError, match="No space left"):
+        server.start()
+    assert started and wait_for(lambda: not alive(started[0]), timeout_s=30)
