@@ -341,7 +341,8 @@ def level_frame(
     count differs from what was asked: the request's own asked length where lengths vary, else
     the workload's fixed one; NaN when nothing was asked),
     paused_s (spans with no request in flight left out of duration_s, in sweeper's own
-    closed-loop recordings; NaN for other tools' and open loops: :func:`running_time`),
+    closed-loop recordings, and the stops between a resumed open-loop level's attempts; NaN
+    for other tools' and for open loops recorded in one go: :func:`running_time`),
     inflight_mean (the time-weighted mean of requests in flight over duration_s) and
     inflight_max (NaN for both where the send times are not the recording's own).
     Open loop: offered_rate_rps (the level's rate; inf: all at once; NaN for concurrency
@@ -387,7 +388,14 @@ def level_frame(
         row["input_len_mismatches"] = _mismatches(
             ok["prompt_tokens"], _asked(ok, "asked_input_tokens", asked.input_len)
         )
-        row.update(_schedule_columns(grp, ok, sends_known=source.send_times != "reconstructed"))
+        row.update(
+            _schedule_columns(
+                grp,
+                ok,
+                sends_known=source.send_times != "reconstructed",
+                breaks=attempt_breaks(ts.manifest.level(level)),
+            )
+        )
         if terms:
             row.update(
                 _goodput_columns(
@@ -423,13 +431,21 @@ GOODPUT_COLUMNS = ("goodput_rps", "slo_met_share")
 
 
 def _schedule_columns(
-    grp: pd.DataFrame, ok: pd.DataFrame, *, sends_known: bool
+    grp: pd.DataFrame,
+    ok: pd.DataFrame,
+    *,
+    sends_known: bool,
+    breaks: Sequence[tuple[float, float]] = (),
 ) -> dict[str, float]:
     """The achieved rate of a level and, in an open loop, its client queue and the latencies
-    from the schedule (NaN in a closed loop: no request has a scheduled time)."""
+    from the schedule (NaN in a closed loop: no request has a scheduled time). The spans
+    between the level's attempts (``breaks``: the recorder stopped) are not sending time."""
     sends = grp["send_s"].to_numpy(dtype=float)
     sends = sends[np.isfinite(sends)]
     span = float(sends.max() - sends.min()) if sends.size >= 2 else 0.0
+    if span > 0:
+        first, last = float(sends.min()), float(sends.max())
+        span -= sum(max(0.0, min(b, last) - max(a, first)) for a, b in breaks)
     row = {"achieved_rate_rps": (sends.size - 1) / span if sends_known and span > 0 else _NAN}
     queue = stats(_values(grp, "client_queue_ms"))
     for stat in QUEUE_STATS:
@@ -544,7 +560,8 @@ def running_time(
     request as soon as the previous one ends, so nothing in flight means the recorder stopped
     (an interrupted level, resumed later). Where the manifest says when the recorder stopped
     and went on (``breaks``: :func:`attempt_breaks`), the idle time inside those spans is a
-    pause however short. Another tool's idle time (a trace replayed with its users' delays) is
+    pause however short, in an open loop too (its idle time between arrivals is the schedule,
+    but not the recorder's stop between attempts). Another tool's idle time (a trace replayed with its users' delays) is
     its workload, and stays in the duration as the tool counted it."""
     valid = np.isfinite(sends) & np.isfinite(ends)
     start, end = sends[valid], np.maximum(ends[valid], sends[valid])
@@ -556,8 +573,9 @@ def running_time(
     idle = start[1:] - reach[:-1]
     bound = max(PAUSE_MIN_S, PAUSE_MEDIAN_FACTOR * float(np.median(end - start)))
     paused = 0.0
-    if idle.size and pauses:
-        long = idle > bound
+    if idle.size and (pauses or breaks):
+        # Only closed loops are searched for long idle spans; the breaks count in every loop.
+        long = idle > bound if pauses else np.zeros(idle.size, dtype=bool)
         paused = float(idle[long].sum())
         for first, last in breaks:  # the short idle spans, as far as they lie in a break
             overlap = np.minimum(start[1:], last) - np.maximum(reach[:-1], first)
@@ -624,7 +642,7 @@ def _level_row(
         "total_token_throughput_tok_s": (out_tok + in_tok) / duration if has_time else _NAN,
         "output_tokens_total": out_tok,
         "prompt_tokens_total": in_tok,
-        "paused_s": running.paused_s if closed_loop else _NAN,
+        "paused_s": running.paused_s if closed_loop or breaks else _NAN,
         "inflight_mean": running.busy_s / duration
         if has_time and basis == BASIS_REQUESTS
         else _NAN,

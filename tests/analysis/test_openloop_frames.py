@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from sweeper.analysis.frames import (
@@ -17,8 +18,9 @@ from sweeper.analysis.frames import (
     turn_frame,
 )
 from sweeper.analysis.slo import SLO, gap_stat, parse_slos, requests_meeting
+from sweeper.schema import LevelAttempt, LevelStatus
 from sweeper.store import TraceSet
-from tests.analysis.openloop import multi_turn, open_trace, rate_sweep, write_rate_run
+from tests.analysis.openloop import MS, multi_turn, open_trace, rate_sweep, write_rate_run
 
 DURATION_1 = 1.550  # level 1: first send (0 ms) to d's last chunk (1500 + 50 ms)
 
@@ -202,3 +204,32 @@ def test_an_open_loop_level_meets_a_latency_slo_from_the_schedule(tmp_path: Path
     closed = level_frame(multi_turn(tmp_path / "mt")).iloc[0]
     (ttft,) = parse_slos("ttft_p99<=200ms")
     assert ttft.column_for(closed) == "ttft_p99_ms" and ttft.met(closed)
+
+
+def test_a_resumed_rate_level_leaves_the_stop_between_its_attempts_out(tmp_path: Path) -> None:
+    """Ctrl-C at 0.7 s and --resume 5 s later (its missing requests' offsets shifted to the
+    resume): duration, achieved rate and goodput are those of the level recorded without the
+    gap; an open loop's idle time between arrivals is still not searched for pauses."""
+
+    def level(path: Path, gap_ms: float, attempts: list[LevelAttempt]) -> pd.Series:
+        starts = [0, 500, 700 + gap_ms, 1200 + gap_ms]
+        requests = [open_trace(f"r1-{i:05d}", 1, t, t, [50, 60]) for i, t in enumerate(starts)]
+        ts = write_rate_run(path, requests, [2.0])
+        ts.manifest.levels = [LevelStatus(concurrency=1, status="complete", attempts=attempts)]
+        return level_frame(ts, slos=parse_slos("ttft_p99<=1s")).iloc[0]
+
+    whole = level(tmp_path / "whole", 0, [LevelAttempt(start_ns=0, end_ns=1_260 * MS)])
+    resumed = level(
+        tmp_path / "resumed",
+        5_000,
+        [
+            LevelAttempt(start_ns=0, end_ns=700 * MS, outcome="interrupted"),
+            LevelAttempt(start_ns=5_700 * MS, end_ns=6_260 * MS, outcome="complete"),
+        ],
+    )
+    assert whole["duration_s"] == pytest.approx(1.26)
+    assert resumed["paused_s"] == pytest.approx(5.0)
+    for column in ("duration_s", "achieved_rate_rps", "goodput_rps", "request_throughput_rps"):
+        assert resumed[column] == pytest.approx(whole[column]), column
+    assert resumed["achieved_rate_rps"] == pytest.approx(3 / 1.2)
+    assert resumed["goodput_rps"] == pytest.approx(4 / 1.26)
