@@ -174,6 +174,8 @@ class RecordConfig:
         for option, value in (("--arrival", "arrival"), ("--burstiness", "burstiness")):
             if self.request_rate is None and self.set_by_user(value):
                 raise ConfigError(f"{option} shapes rate levels: add --request-rate (e.g. 1,2,4)")
+        if self.request_rate is None and not self.resume:
+            self._check_closed_loop_or_replay()
         if self.server_log is not None and not Path(self.server_log).is_file():
             raise ConfigError(f"--server-log {self.server_log}: no such file")
         if self.run_id is not None:
@@ -236,6 +238,30 @@ class RecordConfig:
                 "--sessions N --turns K sets a level's requests (N x K); leave out "
                 "--requests-per-level and --duration"
             )
+
+    def _check_closed_loop_or_replay(self) -> None:
+        """The rate-only options without --request-rate: a replay takes --max-concurrency (a cap
+        on its requests in flight) but not --duration (the trace sets its requests); a closed
+        loop takes neither (its streams are the cap, --requests-per-level the count)."""
+        if self.replay:
+            if self.duration_s is not None and self.set_by_user("duration_s"):
+                raise ConfigError(
+                    "--duration with --dataset mooncake:...: a replay sends the trace's "
+                    "requests at its timestamps; leave out --duration"
+                )
+            if self.max_concurrency is not None and self.max_concurrency < 1:
+                raise ConfigError(f"--max-concurrency {self.max_concurrency} must be at least 1")
+            return
+        for option, name in (
+            ("--max-concurrency", "max_concurrency"),
+            ("--duration", "duration_s"),
+        ):
+            if getattr(self, name) is not None and self.set_by_user(name):
+                raise ConfigError(
+                    f"{option} applies to rate levels: add --request-rate (e.g. 1,2,4), or leave "
+                    f"out {option} (a closed loop's --concurrency is its requests in flight, "
+                    "--requests-per-level its requests)"
+                )
 
     @property
     def replay(self) -> bool:

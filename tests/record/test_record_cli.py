@@ -131,6 +131,15 @@ def test_error_rate_exit_status_and_message(tmp_path: Path) -> None:
             "C=32 (8 requests)",
         ),
         (["--concurrency", "1,16", "--requests-per-level", "8"], "--requests-per-level 16 or more"),
+        # rate-only options in a closed loop: refused, not silently dropped (issue 12)
+        (
+            ["--concurrency", "1", "--max-concurrency", "4"],
+            "--max-concurrency applies to rate levels: add --request-rate (e.g. 1,2,4), or leave "
+            "out --max-concurrency",
+        ),
+        (["--concurrency", "1", "--duration", "5"], "--duration applies to rate levels"),
+        (["--max-concurrency", "4"], "--max-concurrency applies to rate levels"),
+        (["--concurrency", "1", "--burstiness", "2"], "--burstiness shapes rate levels"),
     ],
 )
 def test_bad_options_are_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
@@ -140,6 +149,23 @@ def test_bad_options_are_usage_errors(args: list[str], message: str, tmp_path: P
     assert result.exit_code == 2
     assert message in " ".join(result.output.split()), result.output
     assert "Traceback" not in result.output
+
+
+def test_a_replay_takes_max_concurrency_but_not_duration(tmp_path: Path) -> None:
+    """A Mooncake replay caps its requests in flight with --max-concurrency (past the options'
+    check: the unreachable server is what stops it); --duration there is refused (issue 12)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n')
+    common = ["record", "--base-url", "http://127.0.0.1:9", "--out", str(tmp_path)]
+    replay = [*common, "--dataset", f"mooncake:{trace}"]
+    capped = CliRunner().invoke(cli, [*replay, "--max-concurrency", "2"])
+    assert capped.exit_code == 1 and "max-concurrency" not in capped.output, capped.output
+    timed = CliRunner().invoke(cli, [*replay, "--duration", "5"])
+    assert timed.exit_code == 2
+    assert (
+        "--duration with --dataset mooncake:...: a replay sends the trace's requests"
+        in " ".join(timed.output.split())
+    )
 
 
 # ---------------------------------------------------------------------------------------------
