@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ConfigError
+from sweeper.redact import redact
 
 MAX_RUN_ID = 128
 MAX_SLUG = 60
@@ -78,8 +79,9 @@ def normalize_flags(flags: str) -> str:
 
 
 def flags_slug(flags: str) -> str:
-    """A run-id-safe name of a flag set: ``--max-num-seqs 64`` -> ``max-num-seqs-64``."""
-    slug = _UNSAFE.sub("-", flags.replace("--", " ")).strip("-._")
+    """A run-id-safe name of a flag set: ``--max-num-seqs 64`` -> ``max-num-seqs-64``; of its
+    masked form, so no secret is in a run id (``--api-key sk-1 --x 1`` -> ``api-key-x-1``)."""
+    slug = _UNSAFE.sub("-", redact(flags).replace("--", " ")).strip("-._")
     return slug[:MAX_SLUG].rstrip("-._") or "default"
 
 

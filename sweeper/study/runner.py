@@ -33,7 +33,7 @@ from sweeper.analysis.slo import SLO, parse_slos, slo_label
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
 from sweeper.record import RecordConfig, RequestCount, record_sweep
 from sweeper.record.progress import NullProgress, Progress
-from sweeper.redact import redact
+from sweeper.redact import REDACTED, redact
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import copy_redacted, load_trace_set, read_manifest
 from sweeper.study.configs import probe_run_id, run_ids, sweep_run_id
@@ -176,16 +176,39 @@ def _open_manifest(plan: StudyPlan, folder: Path) -> StudyManifest:
     elif manifest.find_max:  # resumed without --find-max: the study's own search goes on
         plan.find_max = parse_slos(manifest.find_max["slo"])
         plan.tolerance = float(manifest.find_max["tolerance"])
-    known = [c.flags for c in manifest.configurations]
-    wanted = known + [flags for flags in plan.configurations if flags not in known]
+    # A configuration given again is the stored one: matched on the masked form study.json
+    # keeps (``--api-key ***``), and run with the flags as given (the real value).
+    known = {redact(c.flags): c for c in manifest.configurations}
+    given_again: set[int] = set()
+    new: list[str] = []
+    for flags in plan.configurations:
+        stored = known.get(redact(flags))
+        if stored is None:
+            new.append(flags)
+        else:
+            stored.flags = flags
+            given_again.add(stored.index)
+    wanted = [c.flags for c in manifest.configurations] + new
     bases = run_ids(plan.study_id, wanted)
-    for index, flags in enumerate(wanted):
-        if flags not in known:
-            manifest.configurations.append(
-                StudyConfiguration(index=index + 1, flags=flags, run_id=bases[index])
-            )
+    for index in range(len(manifest.configurations), len(wanted)):
+        manifest.configurations.append(
+            StudyConfiguration(index=index + 1, flags=wanted[index], run_id=bases[index])
+        )
     for configuration in manifest.configurations:
         _plan_runs(configuration, manifest.repeats, bool(plan.find_max))
+    masked = [
+        c
+        for c in manifest.configurations
+        if c.status != "complete" and c.index not in given_again and REDACTED in c.flags
+    ]
+    if masked:
+        raise ConfigError(
+            "--resume: study.json keeps the secrets of "
+            + ", ".join(repr(c.flags) for c in masked)
+            + " masked; give "
+            + ("that configuration" if len(masked) == 1 else "those configurations")
+            + " again with --config and the real value (it is the same configuration)"
+        )
     return manifest
 
 
@@ -237,7 +260,9 @@ def _run_configuration(
     ctx = _Context(plan, manifest, configuration, server, folder, progress, say)
     configuration.status, configuration.error = "running", None
     ctx.save()
-    say(f"{configuration.run_id}: starting the server ({configuration.flags or 'no flags'})")
+    say(
+        f"{configuration.run_id}: starting the server ({redact(configuration.flags) or 'no flags'})"
+    )
     try:
         server.start()
     except KeyboardInterrupt:

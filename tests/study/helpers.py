@@ -21,8 +21,41 @@ SMALL = [
 SWEEPER = [str(Path(sys.executable).parent / "sweeper")]
 
 
-def study_args(out: Path, study_id: str, *configs: str, extra: tuple[str, ...] = ()) -> list[str]:
-    args = ["study", "run", study_id, "--serve", TEMPLATE, "--out", str(out), *SMALL, *extra]
+# A server that takes an API key as vLLM does (``--api-key KEY`` among its flags) and refuses any
+# other key (a masked ``***`` included); with ECHO_ARGS=1 it logs its arguments, key and all, as
+# vLLM logs its non-default args. Then it is the scripted server.
+KEY = "sk-study-flag-secret-4711"
+KEYED_SERVER = f"""#!{sys.executable}
+import os, sys
+args = sys.argv[1:]
+at = args.index("--api-key")
+key = args[at + 1]
+del args[at : at + 2]
+if os.environ.get("ECHO_ARGS"):
+    print("args:", sys.argv[1:], flush=True)
+if key != {KEY!r}:
+    print("wrong API key", flush=True)
+    sys.exit(3)
+os.execv(sys.executable, [sys.executable, "-m", "sweeper.testing.server", *args])
+"""
+
+
+def keyed_template(folder: Path, env: str = "") -> str:
+    """A --serve template of :data:`KEYED_SERVER` (a script in ``folder``)."""
+    script = folder / "keyed-server"
+    script.write_text(KEYED_SERVER)
+    script.chmod(0o755)
+    return f"{env} {script} --port {{port}} --mode batching {{flags}}".strip()
+
+
+def study_args(
+    out: Path,
+    study_id: str,
+    *configs: str,
+    extra: tuple[str, ...] = (),
+    template: str = TEMPLATE,
+) -> list[str]:
+    args = ["study", "run", study_id, "--serve", template, "--out", str(out), *SMALL, *extra]
     for flags in configs:
         args += ["--config", flags]
     return args
