@@ -201,22 +201,24 @@ def _warmup(value: str) -> int | None:
     "--max-concurrency",
     type=click.IntRange(min=1),
     metavar="N",
-    help="Rate levels: at most N requests in flight; one due while N are busy waits, and the "
-    "wait is recorded as client queue.  [default: no cap]",
+    help="With --request-rate (or a --dataset mooncake: replay) only: at most N requests in "
+    "flight; one due while N are busy waits, and the wait is recorded as client queue.  "
+    "[default: no cap]",
 )
 @click.option(
     "--requests-per-level",
     default="4x",
     metavar="N|Kx",
     help="Measured requests per level: a count, at least the largest level (e.g. 100), or K "
-    f"times the level (at least 8). Rate levels: a count, default {DEFAULT_RATE_REQUESTS}.",
+    "times the level (at least 8); the 4x default is for concurrency levels. Rate levels "
+    f"(--request-rate): a count, default {DEFAULT_RATE_REQUESTS}.",
 )
 @click.option(
     "--duration",
     type=click.FloatRange(min=0, min_open=True),
     metavar="SECONDS",
-    help="Rate levels: seconds of arrivals per level (rate x SECONDS requests; an inf level "
-    "sends as many as the fastest finite level) instead of --requests-per-level.",
+    help="With --request-rate only: seconds of arrivals per level (rate x SECONDS requests; an "
+    "inf level sends as many as the fastest finite level) instead of --requests-per-level.",
 )
 @click.option(
     "--warmup",
@@ -339,7 +341,13 @@ def _warmup(value: str) -> int | None:
     metavar="FRACTION",
     help="Stop the sweep (exit 1) when a level's failed share of measured requests passes this; 1 never stops.",
 )
-@click.option("--seed", type=int, default=0, help="Seed of the prompt text.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    help="Seed of everything drawn at random: the prompt text, a rate level's arrival times, a "
+    "dataset's prompt order and the lengths of --input-len-range / --output-len-range.",
+)
 @click.option(
     "--ignore-eos/--no-ignore-eos",
     default=True,

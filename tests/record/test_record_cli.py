@@ -41,6 +41,14 @@ def test_help_teaches_every_option_with_defaults() -> None:
         "Examples:",
     ):  # fmt: skip
         assert option in result.output, option
+    flat = " ".join(result.output.split())
+    for words in (
+        "a rate level's arrival times, a dataset's prompt order",  # --seed seeds more than text
+        "Rate levels (--request-rate): a count, default 100",
+        "With --request-rate (or a --dataset mooncake: replay) only: at most N requests",
+        "With --request-rate only: seconds of arrivals per level",
+    ):
+        assert words in flat, words
 
 
 def test_record_with_key_from_environment(server: ServerThread, tmp_path: Path) -> None:
