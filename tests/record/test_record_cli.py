@@ -44,7 +44,8 @@ def test_help_teaches_every_option_with_defaults() -> None:
     flat = " ".join(result.output.split())
     for words in (
         "a rate level's arrival times, a dataset's prompt order",  # --seed seeds more than text
-        "Rate levels (--request-rate): a count, default 100",
+        "for concurrency levels. Rate levels",
+        "a count, default 100",
         "With --request-rate (or a --dataset mooncake: replay) only: at most N requests",
         "With --request-rate only: seconds of arrivals per level",
     ):
