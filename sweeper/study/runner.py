@@ -33,7 +33,7 @@ from sweeper.analysis.slo import SLO, parse_slos, slo_label
 from sweeper.errors import ConfigError, ErrorRateExceeded, SweeperError
 from sweeper.record import RecordConfig, RequestCount, record_sweep
 from sweeper.record.progress import NullProgress, Progress
-from sweeper.redact import REDACTED, redact
+from sweeper.redact import PATTERNS, REDACTED, Redactor, redact, run_secrets
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import copy_redacted, load_trace_set, read_manifest
 from sweeper.study.configs import probe_run_id, run_ids, sweep_run_id
@@ -117,6 +117,10 @@ def run_study(
     folder = study_folder(plan.record.out, plan.study_id)
     _check_plan(plan)
     with study_lock(folder):
+        # A study killed with -9 left its server's log raw: masked before anything else.
+        redactor = study_redactor(plan)
+        for log in sorted((folder / LOGS_DIR).glob("*.log")):
+            _redact_log(log, redactor)
         note = reap_stale_server(folder / PID_FILE)
         if note:
             say(note)
@@ -128,8 +132,31 @@ def run_study(
             if configuration.status == "complete":
                 say(f"{configuration.run_id}: complete, skipped")
                 continue
-            _run_configuration(plan, manifest, configuration, template, progress, say)
+            _run_configuration(plan, manifest, configuration, template, progress, say, redactor)
         return manifest
+
+
+def study_redactor(plan: StudyPlan) -> Redactor:
+    """The secrets a study knows: the record options' (API key, metrics URLs' user info) and the
+    values of options named like keys in its template and configurations (``--api-key X``)."""
+    secrets = run_secrets(api_key=plan.record.api_key, urls=plan.record.metrics_urls or ())
+    for text in (plan.template or "", *plan.configurations):
+        secrets += command_secrets(text)
+    return Redactor(secrets)
+
+
+def command_secrets(text: str) -> list[str]:
+    """The values a command line's options named like keys hold (``--api-key X``: ``X``)."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return []
+    out = []
+    for word, masked in zip(words, PATTERNS.argv(words), strict=True):
+        if word != masked and REDACTED in masked:
+            head, _, tail = masked.partition(REDACTED)
+            out.append(word[len(head) : len(word) - len(tail)])
+    return [s for s in out if s]
 
 
 def _check_plan(plan: StudyPlan) -> None:
@@ -248,6 +275,7 @@ def _run_configuration(
     template: str,
     progress: Callable[[], Progress] | None,
     say: Echo,
+    redactor: Redactor = PATTERNS,
 ) -> None:
     folder = study_folder(plan.record.out, plan.study_id)
     log_rel = f"{LOGS_DIR}/{configuration.run_id}.log"
@@ -274,13 +302,13 @@ def _run_configuration(
         configuration.error = f"{exc}\n{exc.log_tail}".strip()
         ctx.save()
         say(f"{configuration.run_id}: failed: {exc}")
-        _redact_log(server.log_path)
+        _redact_log(server.log_path, redactor)
         return
     try:
         _record_configuration(ctx)
     finally:
         server.stop()
-        _redact_log(server.log_path)
+        _redact_log(server.log_path, redactor)
         ctx.save()
 
 
@@ -419,8 +447,8 @@ def _probe_overrides(base: RecordConfig, value: float, rate: bool) -> dict[str, 
     return overrides
 
 
-def _redact_log(path: Path) -> None:
+def _redact_log(path: Path, redactor: Redactor = PATTERNS) -> None:
     """The raw log, as the trace sets' copies are: credentials masked."""
     if path.is_file():
         with contextlib.suppress(OSError):
-            copy_redacted(path, path)
+            copy_redacted(path, path, redactor)
