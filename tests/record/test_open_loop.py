@@ -325,8 +325,9 @@ def test_hundreds_of_requests_per_second_are_sent_on_time(
 def test_ctrl_c_in_a_rate_level_cancels_what_is_in_flight_and_resume_finishes(
     tmp_path: Path,
 ) -> None:
-    """Cancelled mid-level (what Ctrl-C does), the requests in flight end as cancelled and the
-    level is interrupted; --resume sends the rest on their offsets, and nothing twice."""
+    """Cancelled mid-level (what Ctrl-C does), the level is interrupted and only the finished
+    requests are kept: the ones in flight are not written (no 'cancelled' line), and --resume
+    sends them and the rest on their offsets, nothing twice (docs/record.md "Nothing lost")."""
     import asyncio
 
     from sweeper.record.recorder import arecord_sweep
@@ -348,14 +349,15 @@ def test_ctrl_c_in_a_rate_level_cancels_what_is_in_flight_and_resume_finishes(
         first = load_trace_set(tmp_path / "o")
         assert first.manifest.status == "incomplete"
         assert first.manifest.levels[0].status == "interrupted"
-        done = {r.request_id for r in first.requests if r.status != "cancelled"}
-        assert 5 <= len(done) < 30
+        assert all(r.status == "ok" and r.end_ns is not None for r in first.requests)
+        done = {r.request_id for r in first.requests}
+        assert len(done) == len(first.requests) and 5 <= len(done) < 30
         record_sweep(RecordConfig(out=tmp_path, run_id="o", resume=True, metrics_urls=[]))
     ts = load_trace_set(tmp_path / "o")
     assert ts.manifest.status == "complete"
-    kept = [r for r in ts.requests if r.status != "cancelled"]
-    assert sorted(r.request_id for r in kept) == [f"r1-{i:05d}" for i in range(30)]
-    assert all(r.status == "ok" and r.scheduled_ns is not None for r in kept)
+    assert sorted(r.request_id for r in ts.requests) == [f"r1-{i:05d}" for i in range(30)]
+    assert all(r.status == "ok" and r.scheduled_ns is not None for r in ts.requests)
+    assert len(ts.manifest.levels[0].attempts) == 2
 
 
 def test_resume_of_a_rate_run_refuses_other_rates_and_arrivals(tmp_path: Path) -> None:
