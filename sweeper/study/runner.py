@@ -11,7 +11,7 @@ What ends how:
   ``failed`` with the log's last lines in ``error``, and the study goes on;
 - a sweep stopped by ``--max-error-rate``: the run is ``aborted`` (a measurement: kept as it is);
   the server dying during a sweep fails the configuration with its log's tail;
-- Ctrl-C: the run is marked incomplete (by the recorder), the server stopped, the study manifest
+- Ctrl-C, SIGTERM or SIGHUP: the run is marked incomplete (by the recorder), the server stopped, the study manifest
   written, and KeyboardInterrupt goes on up; ``--resume`` picks up there;
 - the study process killed: see :mod:`sweeper.study.server`; ``--resume`` finds each run's
   manifest and resumes the unfinished one, skipping every finished run and configuration.
@@ -24,6 +24,8 @@ import dataclasses
 import fcntl
 import os
 import shlex
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +118,7 @@ def run_study(
     say = echo or (lambda _text: None)
     folder = study_folder(plan.record.out, plan.study_id)
     _check_plan(plan)
-    with study_lock(folder):
+    with interrupt_on_termination(), study_lock(folder):
         # A study killed with -9 left its server's log raw: masked before anything else.
         redactor = study_redactor(plan)
         for log in sorted((folder / LOGS_DIR).glob("*.log")):
@@ -157,6 +159,34 @@ def command_secrets(text: str) -> list[str]:
             head, _, tail = masked.partition(REDACTED)
             out.append(word[len(head) : len(word) - len(tail)])
     return [s for s in out if s]
+
+
+TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def interrupt_on_termination() -> Iterator[None]:
+    """While a study runs, SIGTERM and SIGHUP (``kill``, a closed terminal) do what Ctrl-C does:
+    the SIGINT handler runs (KeyboardInterrupt in the main thread, or the event loop's
+    cancellation while a sweep records), so the run is marked incomplete, the server stopped,
+    its log masked and study.json saved. Only in the main thread (where signals are handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIGINT ignored or left to the system: as Python's own handler would
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in TERMINATION_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _check_plan(plan: StudyPlan) -> None:

@@ -9,6 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sweeper.store import load_trace_set, read_manifest
 from tests.study.helpers import SWEEPER, alive, invoke, read_json, study_args, wait_for
 
@@ -79,3 +81,24 @@ def test_ctrl_c_stops_the_server_and_leaves_the_run_to_resume(tmp_path: Path) ->
     assert configuration["status"] == "incomplete"
     assert configuration["runs"][0]["status"] == "incomplete"
     assert read_manifest(tmp_path / "i-step-base-ms-10").status == "incomplete"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_the_study_as_ctrl_c_does(tmp_path: Path, signum: int) -> None:
+    study = _start(tmp_path, "t", SLOW)
+    try:
+        server = _server_pid_when_recording(tmp_path, "t", "t-step-base-ms-10")
+        os.kill(study.pid, signum)
+        study.wait(timeout=60)
+        output = (tmp_path / "t.out").read_text()
+    finally:
+        if study.poll() is None:
+            study.kill()
+    assert study.returncode == 130, output
+    assert "sweeper study run t --resume" in output
+    assert not alive(server)
+    assert not (tmp_path / "t" / "server.pid").exists()
+    configuration = read_json(tmp_path / "t" / "study.json")["configurations"][0]
+    assert configuration["status"] == "incomplete"
+    assert configuration["runs"][0]["status"] == "incomplete"
+    assert read_manifest(tmp_path / "t-step-base-ms-10").status == "incomplete"
