@@ -9,6 +9,7 @@ names, defaults and checks cannot drift, and the :class:`RecordConfig` is built 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import shlex
@@ -43,7 +44,20 @@ from sweeper.study.server import DEFAULT_START_TIMEOUT_S
 
 # The record options a study sets itself for each run.
 STUDY_SET = frozenset({"base_url", "run_id", "resume", "server_log"})
-RECORD_PARAMS = [p for p in record_command.params if p.name not in STUDY_SET]
+
+
+def _for_study(param: click.Parameter) -> click.Parameter:
+    """A record option as ``study run`` shows it: --label's example is one the study allows."""
+    if param.name == "labels" and isinstance(param, click.Option):
+        param = copy.copy(param)
+        param.help = (
+            "Free-form label stored in each run's manifest; repeatable, e.g. --label gpu=h100. "
+            "The study sets study=, flags=, repeat= and probe= itself (refused here)."
+        )
+    return param
+
+
+RECORD_PARAMS = [_for_study(p) for p in record_command.params if p.name not in STUDY_SET]
 _SOURCES = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
 
 
@@ -150,7 +164,8 @@ def _stored(options: dict[str, Any], given: set[str]) -> dict[str, Any]:
 @click.option(
     "--slo",
     metavar="TERMS",
-    help="The service level --find-max searches for, all terms together, e.g. 'ttft_p99<=2s'.",
+    help="The service level --find-max searches for, all terms together, e.g. 'ttft_p99<=2s'; "
+    "only with --find-max (sweeper study summary --slo judges a finished study).",
 )
 @click.option(
     "--tolerance",
@@ -281,6 +296,11 @@ def _plan(
     find_max = study["find_max"] or bool(find)
     if find_max and not slo_text:
         raise click.UsageError("--find-max needs --slo (e.g. --slo 'ttft_p99<=2s')")
+    if study["slo"] and not find_max:
+        raise click.UsageError(
+            "--slo is the service level --find-max searches for: add --find-max, or leave --slo "
+            "out (sweeper study summary --slo judges a finished study)"
+        )
     configurations = expand_configurations(
         [*file.get("configs", []), *study["configs"]], [*file.get("grid", []), *study["grid"]]
     )

@@ -65,6 +65,8 @@ from sweeper.study.server import (
     server_command,
 )
 
+# Labels the study sets on each run (a --label of the same key would be replaced).
+STUDY_LABELS = ("study", "flags", "repeat", "probe")
 # Fields of RecordConfig the study sets for each run (never compared on --resume as the user's).
 STUDY_FIELDS = frozenset({"base_url", "run_id", "server_log", "labels", "resume"})
 
@@ -196,6 +198,13 @@ def _check_plan(plan: StudyPlan) -> None:
         raise ConfigError(f"--tolerance {plan.tolerance:g} must be above 0 and below 1 (e.g. 0.1)")
     if plan.template is not None:
         check_template(plan.template)
+    reserved = [key for key in STUDY_LABELS if key in plan.record.labels]
+    if reserved:
+        raise ConfigError(
+            f"--label {', '.join(f'{k}=' for k in reserved)}: the study sets "
+            f"{'this label' if len(reserved) == 1 else 'these labels'} on each run itself "
+            f"({', '.join(f'{k}=' for k in STUDY_LABELS)}); pick another key"
+        )
 
 
 def _open_manifest(plan: StudyPlan, folder: Path) -> StudyManifest:

@@ -181,3 +181,20 @@ def test_a_server_that_never_answers_times_out_naming_its_last_log_line(tmp_path
     assert "did not answer /health or /v1/models within 1.5 s" in configuration["error"]
     assert "its last log line: loading weights 3/7" in configuration["error"]
     assert not (tmp_path / "slow" / "server.pid").exists()  # stopped, not left waiting
+
+
+def test_slo_without_find_max_is_refused(tmp_path: Path) -> None:
+    result = invoke(
+        study_args(tmp_path, "slo", "--max-num-seqs 1", extra=("--slo", "ttft_p99<=2s"))
+    )
+    assert result.exit_code == 2
+    assert "--slo is the service level --find-max searches for: add --find-max" in result.output
+    assert not (tmp_path / "slo").exists()
+
+
+@pytest.mark.parametrize("key", ["study", "flags", "repeat", "probe"])
+def test_a_label_the_study_sets_is_refused(tmp_path: Path, key: str) -> None:
+    result = invoke(study_args(tmp_path, "lab", extra=("--label", f"{key}=mine")))
+    assert result.exit_code == 1
+    assert f"--label {key}=: the study sets this label on each run itself" in result.output
+    assert not (tmp_path / "lab").exists()
