@@ -11,8 +11,9 @@ What ends how:
   ``failed`` with the log's last lines in ``error``, and the study goes on;
 - a sweep stopped by ``--max-error-rate``: the run is ``aborted`` (a measurement: kept as it is);
   the server dying during a sweep fails the configuration with its log's tail;
-- Ctrl-C, SIGTERM or SIGHUP: the run is marked incomplete (by the recorder), the server stopped, the study manifest
-  written, and KeyboardInterrupt goes on up; ``--resume`` picks up there;
+- Ctrl-C, SIGTERM or SIGHUP: the run is marked incomplete (by the recorder), the server
+  stopped, the study manifest written, and KeyboardInterrupt goes on up; ``--resume`` picks up
+  there;
 - the study process killed: see :mod:`sweeper.study.server`; ``--resume`` finds each run's
   manifest and resumes the unfinished one, skipping every finished run and configuration.
 """
