@@ -55,11 +55,17 @@ def _start(out: Path, study_id: str, template: str) -> subprocess.Popen[bytes]:
 
 
 def _files_holding_the_key(folder: Path) -> list[str]:
-    return [
-        str(path)
-        for path in folder.rglob("*")
-        if KEY in str(path) or (path.is_file() and KEY.encode() in path.read_bytes())
-    ]
+    """Every path under ``folder`` whose name or content holds the key (a temporary file that
+    is renamed while this reads it is read under its new name)."""
+    found = []
+    for path in folder.rglob("*"):
+        try:
+            content = path.read_bytes() if path.is_file() else b""
+        except FileNotFoundError:
+            continue
+        if KEY in str(path) or KEY.encode() in content:
+            found.append(str(path))
+    return found
 
 
 def _wait_recording(out: Path, study_id: str) -> None:
