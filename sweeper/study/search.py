@@ -55,12 +55,17 @@ def level_means(trace_sets: Iterable[TraceSet], slos: Sequence[SLO]) -> dict[flo
             value = level_value(row)
             if value is not None:
                 rows.setdefault(value, []).append(row)
-    columns = sorted({slo.column for slo in slos})
+    # the schedule's columns too: an open-loop level's ttft / e2el terms are judged on them
+    columns = sorted({c for slo in slos for c in (slo.column, slo.sched_column) if c})
     out = {}
     for value, group in rows.items():
         frame = pd.DataFrame(group)
         out[value] = pd.Series(
-            {c: pd.to_numeric(frame[c], errors="coerce").mean() for c in columns}
+            {
+                c: pd.to_numeric(frame[c], errors="coerce").mean()
+                for c in columns
+                if c in frame.columns
+            }
         )
     return out
 

@@ -64,6 +64,11 @@ PER_GPU = "output_throughput_per_gpu_tok_s"
 PER_USER = "tokens_per_user_tok_s"
 
 
+# Open loop: TTFT and E2EL from the schedule (null in a closed loop); SLO terms judge a rate
+# level on them (SLO.column_for).
+SCHEDULED_METRICS = ("ttft_sched_ms", "e2el_sched_ms")
+
+
 def value_at(level: dict[str, Any], path: str) -> float | None:
     """``"ttft_ms.p99"`` of a summary level object (None when absent or not a number)."""
     value: Any = level
@@ -210,7 +215,7 @@ def _points(
         point["n"] = len(group)
         for name in SCALARS:
             point[name] = _mean([value_at(g, name) for g in group])
-        for metric in LATENCY_METRICS:
+        for metric in (*LATENCY_METRICS, *SCHEDULED_METRICS):
             for stat in STAT_NAMES:
                 point[f"{metric.removesuffix('_ms')}_{stat}_ms"] = _mean(
                     [value_at(g, f"{metric}.{stat}") for g in group]
@@ -250,12 +255,16 @@ def pareto(points: list[dict[str, Any]], x: str, y: str, *, x_lower: bool) -> li
     ]
 
 
-def _best(points: list[dict[str, Any]], slo_sets: list[tuple[str, list[SLO]]]) -> dict[str, Any]:
+def best_points(
+    points: list[dict[str, Any]], slo_sets: list[tuple[str, list[SLO]]]
+) -> dict[str, Any]:
+    """For each SLO, the point with the most goodput among those meeting it (judged as
+    :meth:`SLO.column_for` says: a rate level from the schedule), or None."""
     best: dict[str, Any] = {}
     for label, terms in slo_sets:
         meeting = [
             p for p in points
-            if all((v := p.get(t.column)) is not None and v <= t.bound_ms for t in terms)
+            if all((v := p.get(t.column_for(p))) is not None and v <= t.bound_ms for t in terms)
             and (p["goodput"].get(label) is not None)
         ]  # fmt: skip
         if not meeting:
@@ -409,7 +418,7 @@ def summarize_study(
                 "points": pareto(points, PER_USER, PER_GPU, x_lower=False),
             },
         ],
-        "best": _best(points, slo_sets),
+        "best": best_points(points, slo_sets),
         "indistinguishable": _comparisons(configs) if repeated else [],
         "diffs": diffs,
         "advice": _advice(manifest, configs, diffs, Path(out)),

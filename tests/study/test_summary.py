@@ -163,3 +163,27 @@ def test_study_charts_are_valid_vega_lite(out: Path) -> None:
     page = render_study_page(summary, "zh")
     assert page.count('class="sweeper-chart"') == 2 and "帕累托前沿" in page
     assert 'class="sweeper-chart"' not in render_study_page(summary, "en", charts=False)
+
+
+def test_a_rate_level_is_judged_from_the_schedule_not_the_send() -> None:
+    # 50 ms from the send, but the requests queued 750 ms in the client: from the schedule
+    # (what its users waited) the level misses ttft_p99<=200ms; a closed-loop point (no schedule
+    # columns) is judged on its TTFT as before.
+    import pandas as pd
+
+    from sweeper.analysis.slo import parse_slos
+    from sweeper.study.search import meets_all
+    from sweeper.study.summary import best_points
+
+    slos = parse_slos("ttft_p99<=200ms")
+    queued = {"flags": "--a", "run_id": "r", "level": 2, "request_rate": 8.0,
+              "ttft_p99_ms": 50.0, "ttft_sched_p99_ms": 800.0, "goodput": {"x": 5.0},
+              "output_throughput_tok_s": 100.0}  # fmt: skip
+    closed = {"flags": "--b", "run_id": "c", "level": 4, "concurrency": 4,
+              "ttft_p99_ms": 150.0, "ttft_sched_p99_ms": None, "goodput": {"x": 3.0},
+              "output_throughput_tok_s": 80.0}  # fmt: skip
+    best = best_points([queued, closed], [("x", slos)])
+    assert best["x"] is not None and best["x"]["run_id"] == "c"
+    assert best_points([queued], [("x", slos)])["x"] is None
+    assert not meets_all(pd.Series({"ttft_p99_ms": 50.0, "ttft_sched_p99_ms": 800.0}), slos)
+    assert meets_all(pd.Series({"ttft_p99_ms": 150.0}), slos)
