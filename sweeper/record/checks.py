@@ -143,21 +143,18 @@ def check_lengths(manifest: RunManifest, stats: LevelStats, warn: Warn) -> None:
                 f"{where}: {len(misses)} of {len(counted)} requests {what} a length other than "
                 f"they asked for, by {min(off):+d}..{max(off):+d} tokens (server usage)"
             )
-    varied_in = workload.input_len_range or stats.prompt_misses
-    if workload.input_len is not None and stats.prompt_tokens and not varied_in:
-        off_in = [n for n in stats.prompt_tokens if n != workload.input_len]
-        if off_in:
+    # A fixed --input-len / --output-len (lengths that vary were judged per request above).
+    for tokens, asked, ranged, misses, what, flag in (
+        (stats.prompt_tokens, workload.input_len, workload.input_len_range, stats.prompt_misses,
+         "had a prompt of", "--input-len"),
+        (stats.completion_tokens, workload.output_len, workload.output_len_range,
+         stats.completion_misses, "produced", "--output-len"),
+    ):  # fmt: skip
+        if asked is None or not tokens or ranged or misses:
+            continue
+        off = [n for n in tokens if n != asked]
+        if off:
             warn(
-                f"{where}: {len(off_in)} of {len(stats.prompt_tokens)} requests had a prompt of "
-                f"{min(off_in)}..{max(off_in)} tokens, not --input-len {workload.input_len} "
-                "(server usage)"
-            )
-    varied_out = workload.output_len_range or stats.completion_misses
-    if workload.output_len is not None and stats.completion_tokens and not varied_out:
-        off_out = [n for n in stats.completion_tokens if n != workload.output_len]
-        if off_out:
-            warn(
-                f"{where}: {len(off_out)} of {len(stats.completion_tokens)} requests produced "
-                f"{min(off_out)}..{max(off_out)} tokens, not --output-len {workload.output_len} "
-                "(server usage)"
+                f"{where}: {len(off)} of {len(tokens)} requests {what} {min(off)}..{max(off)} "
+                f"tokens, not {flag} {asked} (server usage)"
             )
