@@ -20,6 +20,7 @@ from sweeper.schema import (
     Target,
 )
 from sweeper.store import (
+    CACHE_DIR,
     TraceSetLock,
     TraceSetWriter,
     compact_trace_set,
@@ -223,6 +224,7 @@ def test_compact_keeps_every_record_and_says_what_it_left_out(tmp_path: Path) ->
     assert any("partial last line" in note for note in written[0].notes)
     assert written[0].after < written[0].before  # (one short metrics line does not shrink)
     assert sorted(p.name for p in folder.iterdir()) == [
+        CACHE_DIR,  # the columnar cache compaction writes (tests/test_store_cache.py)
         MANIFEST_FILE,
         "requests.jsonl.gz",
         "server_metrics.jsonl.gz",
@@ -311,6 +313,7 @@ def test_a_locked_trace_set_is_not_compacted(tmp_path: Path) -> None:
         assert (folder / REQUESTS_FILE).exists()
     assert compact_trace_set(folder)  # released when the holder let go
     assert sorted(p.name for p in folder.iterdir()) == [  # and no lock file left behind
+        CACHE_DIR,
         MANIFEST_FILE,
         "requests.jsonl.gz",
         "server_metrics.jsonl.gz",

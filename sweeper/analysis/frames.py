@@ -29,7 +29,7 @@ request takes a few tens of milliseconds (``benchmarks/metrics_bench.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, pairwise
 
@@ -45,7 +45,8 @@ from sweeper.schema import (
     Workload,
     fact_value,
 )
-from sweeper.store import TraceSet
+from sweeper.store import RequestColumns, TraceSet
+from sweeper.store.columns import chunk_gather
 from sweeper.units import NS_PER_MS, NS_PER_S, finite
 
 PERCENTILES = (50, 90, 95, 99)
@@ -136,36 +137,142 @@ def stats(values: np.ndarray) -> dict[str, float]:
 
 
 def request_frame(ts: TraceSet, *, include_warmup: bool = False) -> pd.DataFrame:
-    """One row per request. Latencies in ms; ``send_s`` / ``end_s`` in s since the run's origin."""
-    rows = [r for r in ts.requests if include_warmup or r.phase == "measured"]
-    return requests_to_frame(rows)
+    """One row per request. Latencies in ms; ``send_s`` / ``end_s`` in s since the run's origin.
+
+    Read from the trace set's columns (:class:`~sweeper.store.RequestColumns`): no Python object
+    per chunk; the same frame as :func:`requests_to_frame` of the request objects."""
+    cols = ts.columns
+    keep = np.ones(len(cols), dtype=bool) if include_warmup else cols.is_("phase", "measured")
+    return columns_to_frame(cols, np.flatnonzero(keep))
+
+
+def columns_to_frame(cols: RequestColumns, rows: np.ndarray) -> pd.DataFrame:
+    """The request frame of the requests at ``rows`` of ``cols`` (see :func:`request_frame`)."""
+    n = int(rows.size)
+    if n == 0:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in REQUEST_COLUMNS})
+    counts = cols.chunk_counts
+    starts = cols.chunk_start[:-1]
+    chunks = counts[rows]
+    has = chunks > 0
+    first_at = starts[rows]
+    last_at = first_at + chunks - 1
+    size = cols.chunks
+    if size:
+        first_ns = cols.chunk_ns[np.clip(first_at, 0, size - 1)].astype(float)
+        last_ns = cols.chunk_ns[np.clip(last_at, 0, size - 1)].astype(float)
+    else:
+        first_ns = last_ns = np.zeros(n)
+    first_chunk = np.where(has, first_ns, cols.optional("ttft_ns")[rows])
+    last_chunk = np.where(has, last_ns, cols.optional("e2el_ns")[rows])
+    # Per-request sums over each request's chunks: differences of running sums (exact integers).
+    tokens = cols.chunk_tokens
+    lo, hi = first_at, first_at + chunks
+    token_sum = np.concatenate([[0], np.cumsum(tokens, dtype=np.int64)])
+    multi_sum = np.concatenate([[0], np.cumsum(tokens > 1, dtype=np.int64)])
+    chunk_out = (token_sum[hi] - token_sum[lo]).astype(float)
+    multi = multi_sum[hi] - multi_sum[lo]
+    usage_out = cols.optional("completion_tokens")[rows]
+    text = cols.text
+    picks = rows.tolist()
+    status = [text["status"][i] for i in picks]
+    errors = [text["error"][i] for i in picks]
+    return _request_table(
+        concurrency=cols.concurrency[rows].astype(np.int64),
+        request_id=[text["request_id"][i] for i in picks],
+        phase=[text["phase"][i] for i in picks],
+        status=status,
+        error_kind=[e["kind"] if e else None for e in errors],
+        http_status=[e.get("http_status") if e else None for e in errors],
+        finish_reason=[text["finish_reason"][i] for i in picks],
+        chunks=chunks.astype(np.int64),
+        first_chunk=first_chunk,
+        last_chunk=last_chunk,
+        usage_out=usage_out,
+        chunk_out=chunk_out,
+        multi=multi.astype(np.int64),
+        prompt_tokens=cols.optional("prompt_tokens")[rows],
+        end_ns=cols.optional("end_ns")[rows],
+        send_ns=cols.send_ns[rows].astype(float),
+        ok=np.fromiter((v == "ok" for v in status), dtype=bool, count=n),
+        scheduled_ns=cols.optional("scheduled_ns")[rows],
+        session=cols.optional("session")[rows],
+        turn=cols.optional("turn")[rows],
+        asked_input=cols.optional("asked_input_tokens")[rows],
+        asked_output=cols.optional("asked_output_tokens")[rows],
+    )
 
 
 def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
-    """The request frame of any list of traces (see :func:`request_frame`)."""
+    """The request frame of any list of traces (see :func:`request_frame`): one pass per
+    attribute over the objects, then numpy on flat arrays (how sweeper always built it)."""
     n = len(rows)
     if n == 0:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in REQUEST_COLUMNS})
-    # One pass per attribute (list comprehensions), then numpy on flat arrays.
-    chunks = np.fromiter((len(r.chunk_ns) for r in rows), dtype=np.int64, count=n)
-    first_chunk = np.fromiter(
-        (r.chunk_ns[0] if r.chunk_ns else _or_nan(r.ttft_ns) for r in rows), dtype=float, count=n
+    errors = [r.error for r in rows]
+    return _request_table(
+        concurrency=np.fromiter((r.concurrency for r in rows), dtype=np.int64, count=n),
+        request_id=[r.request_id for r in rows],
+        phase=[r.phase for r in rows],
+        status=[r.status for r in rows],
+        error_kind=[e.kind if e else None for e in errors],
+        http_status=[e.http_status if e else None for e in errors],
+        finish_reason=[r.finish_reason for r in rows],
+        chunks=np.fromiter((len(r.chunk_ns) for r in rows), dtype=np.int64, count=n),
+        first_chunk=np.fromiter(
+            (r.chunk_ns[0] if r.chunk_ns else _or_nan(r.ttft_ns) for r in rows),
+            dtype=float,
+            count=n,
+        ),
+        last_chunk=np.fromiter(
+            (r.chunk_ns[-1] if r.chunk_ns else _or_nan(r.e2el_ns) for r in rows),
+            dtype=float,
+            count=n,
+        ),
+        usage_out=np.fromiter((_or_nan(r.completion_tokens) for r in rows), dtype=float, count=n),
+        chunk_out=np.fromiter((sum(r.chunk_tokens) for r in rows), dtype=float, count=n),
+        multi=np.fromiter(
+            (sum(1 for k in r.chunk_tokens if k > 1) for r in rows), dtype=np.int64, count=n
+        ),
+        prompt_tokens=np.fromiter((_or_nan(r.prompt_tokens) for r in rows), dtype=float, count=n),
+        end_ns=np.fromiter((_or_nan(r.end_ns) for r in rows), dtype=float, count=n),
+        send_ns=np.fromiter((r.send_ns for r in rows), dtype=float, count=n),
+        ok=np.fromiter((r.status == "ok" for r in rows), dtype=bool, count=n),
+        scheduled_ns=_optional([r.scheduled_ns for r in rows]),
+        session=_optional([r.session for r in rows]),
+        turn=_optional([r.turn for r in rows]),
+        asked_input=_optional([r.asked_input_tokens for r in rows]),
+        asked_output=_optional([r.asked_output_tokens for r in rows]),
     )
-    last_chunk = np.fromiter(
-        (r.chunk_ns[-1] if r.chunk_ns else _or_nan(r.e2el_ns) for r in rows), dtype=float, count=n
-    )
-    usage_out = np.fromiter((_or_nan(r.completion_tokens) for r in rows), dtype=float, count=n)
-    chunk_out = np.fromiter((sum(r.chunk_tokens) for r in rows), dtype=float, count=n)
-    multi = np.fromiter(
-        (sum(1 for k in r.chunk_tokens if k > 1) for r in rows), dtype=np.int64, count=n
-    )
-    out_tokens = np.where(np.isnan(usage_out) & (chunks > 0), chunk_out, usage_out)
-    prompt_tokens = np.fromiter((_or_nan(r.prompt_tokens) for r in rows), dtype=float, count=n)
-    end_ns = np.fromiter((_or_nan(r.end_ns) for r in rows), dtype=float, count=n)
-    send_ns = np.fromiter((r.send_ns for r in rows), dtype=float, count=n)
-    ok = np.fromiter((r.status == "ok" for r in rows), dtype=bool, count=n)
-    scheduled_ns = _optional([r.scheduled_ns for r in rows])
 
+
+def _request_table(
+    *,
+    concurrency: np.ndarray,
+    request_id: list[str],
+    phase: list[str],
+    status: list[str],
+    error_kind: list[str | None],
+    http_status: list[int | None],
+    finish_reason: list[str | None],
+    chunks: np.ndarray,
+    first_chunk: np.ndarray,
+    last_chunk: np.ndarray,
+    usage_out: np.ndarray,
+    chunk_out: np.ndarray,
+    multi: np.ndarray,
+    prompt_tokens: np.ndarray,
+    end_ns: np.ndarray,
+    send_ns: np.ndarray,
+    ok: np.ndarray,
+    scheduled_ns: np.ndarray,
+    session: np.ndarray,
+    turn: np.ndarray,
+    asked_input: np.ndarray,
+    asked_output: np.ndarray,
+) -> pd.DataFrame:
+    """The request frame from each request's raw facts (floats: NaN where absent)."""
+    out_tokens = np.where(np.isnan(usage_out) & (chunks > 0), chunk_out, usage_out)
     # Failed requests are counted, never timed.
     ttft_ns = np.where(ok, first_chunk, _NAN)
     e2el_ns = np.where(ok, last_chunk, _NAN)
@@ -180,15 +287,14 @@ def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
         gen_tok_s = np.where(e2el_ns > 0, out_tokens / (e2el_ns / NS_PER_S), _NAN)
     # Open loop: the user waited from when the schedule said to send, not from the actual send.
     queue_ms = (send_ns - scheduled_ns) / NS_PER_MS
-    errors = [r.error for r in rows]
     return pd.DataFrame(
         {
-            "concurrency": np.fromiter((r.concurrency for r in rows), dtype=np.int64, count=n),
-            "request_id": [r.request_id for r in rows],
-            "phase": [r.phase for r in rows],
-            "status": [r.status for r in rows],
-            "error_kind": [e.kind if e else None for e in errors],
-            "http_status": [e.http_status if e else None for e in errors],
+            "concurrency": concurrency,
+            "request_id": request_id,
+            "phase": phase,
+            "status": status,
+            "error_kind": error_kind,
+            "http_status": http_status,
             "send_s": send_ns / NS_PER_S,
             "end_s": (send_ns + end_rel) / NS_PER_S,
             "ttft_ms": ttft_ns / NS_PER_MS,
@@ -199,16 +305,16 @@ def requests_to_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
             "chunks": chunks,
             "decode_tok_s": decode_tok_s,
             "gen_tok_s": gen_tok_s,
-            "finish_reason": [r.finish_reason for r in rows],
+            "finish_reason": finish_reason,
             "multi_token_chunks": multi,
             "scheduled_s": scheduled_ns / NS_PER_S,
             "client_queue_ms": queue_ms,
             "ttft_sched_ms": queue_ms + ttft_ns / NS_PER_MS,
             "e2el_sched_ms": queue_ms + e2el_ns / NS_PER_MS,
-            "session": _optional([r.session for r in rows]),
-            "turn": _optional([r.turn for r in rows]),
-            "asked_input_tokens": _optional([r.asked_input_tokens for r in rows]),
-            "asked_output_tokens": _optional([r.asked_output_tokens for r in rows]),
+            "session": session,
+            "turn": turn,
+            "asked_input_tokens": asked_input,
+            "asked_output_tokens": asked_output,
         }
     )
 
@@ -233,11 +339,27 @@ def gap_frame(ts: TraceSet) -> pd.DataFrame:
 
     ``at_s`` is the arrival of the chunk that ends the gap (s since the run's origin),
     ``tokens`` the number of tokens that chunk carried, ``gap_index`` its place in the request
-    (1 = the gap after the first chunk).
+    (1 = the gap after the first chunk). Read from the trace set's columns; the same frame as
+    :func:`traces_to_gap_frame` of the request objects.
     """
-    rows = [
-        r for r in ts.requests if r.phase == "measured" and r.status == "ok" and len(r.chunk_ns) > 1
-    ]
+    cols = ts.columns
+    rows = np.flatnonzero(_timed(cols))
+    if rows.size == 0:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in GAP_COLUMNS})
+    gather = chunk_gather(cols.chunk_start[:-1], cols.chunk_counts, rows)
+    return _gap_table(
+        cols.chunk_counts[rows],
+        cols.chunk_ns[gather],
+        cols.chunk_tokens[gather].astype(np.int64),
+        cols.send_ns[rows],
+        cols.concurrency[rows].astype(np.int64),
+        np.array([cols.text["request_id"][i] for i in rows.tolist()], dtype=object),
+    )
+
+
+def traces_to_gap_frame(rows: Sequence[RequestTrace]) -> pd.DataFrame:
+    """The gap frame of a list of request objects (see :func:`gap_frame`)."""
+    rows = [r for r in rows if r.phase == "measured" and r.status == "ok" and len(r.chunk_ns) > 1]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in GAP_COLUMNS})
     lengths = np.fromiter((len(r.chunk_ns) for r in rows), dtype=np.int64, count=len(rows))
@@ -245,13 +367,36 @@ def gap_frame(ts: TraceSet) -> pd.DataFrame:
     # chain.from_iterable walks the per-request lists in C: no Python frame per chunk.
     offsets = np.fromiter(chain.from_iterable(r.chunk_ns for r in rows), np.int64, total)
     tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in rows), np.int64, total)
-    owner = np.repeat(np.arange(len(rows)), lengths)
+    return _gap_table(
+        lengths,
+        offsets,
+        tokens,
+        np.fromiter((r.send_ns for r in rows), dtype=np.int64, count=len(rows)),
+        np.fromiter((r.concurrency for r in rows), dtype=np.int64, count=len(rows)),
+        np.array([r.request_id for r in rows], dtype=object),
+    )
+
+
+def _timed(cols: RequestColumns) -> np.ndarray:
+    """Requests whose gaps count: measured, successful, with two chunks or more."""
+    measured = cols.is_("phase", "measured")
+    return measured & cols.is_("status", "ok") & (cols.chunk_counts > 1)
+
+
+def _gap_table(
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+    tokens: np.ndarray,
+    send: np.ndarray,
+    conc: np.ndarray,
+    rid: np.ndarray,
+) -> pd.DataFrame:
+    """The gap frame of requests given as their chunk counts (``lengths``), their chunks one
+    request after another (``offsets``, ``tokens``) and one entry each (``send``...)."""
+    owner = np.repeat(np.arange(lengths.size), lengths)
     starts = np.cumsum(lengths) - lengths
     position = np.arange(offsets.size) - starts[owner]
     keep = position > 0  # every chunk but a request's first ends a gap
-    send = np.fromiter((r.send_ns for r in rows), dtype=np.int64, count=len(rows))
-    conc = np.fromiter((r.concurrency for r in rows), dtype=np.int64, count=len(rows))
-    rid = np.array([r.request_id for r in rows], dtype=object)
     diffs = np.diff(offsets, prepend=0)
     gap_owner = owner[keep]
     return pd.DataFrame(
@@ -263,6 +408,38 @@ def gap_frame(ts: TraceSet) -> pd.DataFrame:
             "tokens": tokens[keep],
             "gap_index": position[keep],
         }
+    )
+
+
+@dataclass(frozen=True)
+class LevelGaps:
+    """The gaps of one level's timed requests (see :func:`gap_frame`), in the frame's order."""
+
+    itl_ms: np.ndarray
+    tokens: np.ndarray
+    request_id: np.ndarray
+
+
+def level_gaps(cols: RequestColumns, level: int, timed: np.ndarray | None = None) -> LevelGaps:
+    """One level's gaps straight from the columns, without the whole run's gap frame: the
+    rows of :func:`gap_frame` at that level (a level at a time: memory for its chunks only)."""
+    timed = _timed(cols) if timed is None else timed
+    rows = np.flatnonzero(timed & (cols.concurrency == level))
+    if rows.size == 0:
+        return LevelGaps(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
+    counts = cols.chunk_counts
+    gather = chunk_gather(cols.chunk_start[:-1], counts, rows)
+    offsets = cols.chunk_ns[gather]
+    lengths = counts[rows]
+    first = np.cumsum(lengths) - lengths  # each request's first chunk: it ends no gap
+    keep = np.ones(offsets.size, dtype=bool)
+    keep[first] = False
+    diffs = np.diff(offsets, prepend=0)
+    rid = np.array([cols.text["request_id"][i] for i in rows.tolist()], dtype=object)
+    return LevelGaps(
+        itl_ms=diffs[keep] / NS_PER_MS,
+        tokens=cols.chunk_tokens[gather][keep].astype(np.int64),
+        request_id=np.repeat(rid, lengths - 1),
     )
 
 
@@ -357,24 +534,20 @@ def level_frame(
     both where a term cannot be judged (an itl term on a level without chunk times).
     """
     req = request_frame(ts) if requests is None else requests
-    gap = gap_frame(ts) if gaps is None else gaps
     terms = as_slos(slos)
     source = ts.manifest.source
     asked = ts.manifest.workload
     n_gpu = gpus_of(ts)
     rows: list[dict[str, float | int | str]] = []
-    gap_conc = gap["concurrency"].to_numpy()
-    gap_itl = gap["itl_ms"].to_numpy(dtype=float)
-    gap_tokens = gap["tokens"].to_numpy()
-    gap_rid = gap["request_id"].to_numpy()
+    per_level = _gaps_by_level(ts, gaps)
     for conc, grp in req.groupby("concurrency", sort=True):
         level = int(conc)
-        in_level = gap_conc == level
+        found = per_level(level)
         row = _level_row(
             level,
             grp,
-            gap_itl[in_level],
-            gap_tokens[in_level],
+            found.itl_ms,
+            found.tokens,
             tool=source.summaries.get(str(level), {}),
             tool_duration=source.send_times == "reconstructed",
             # An open loop idles between arrivals by design: no span of it is a pause.
@@ -399,7 +572,7 @@ def level_frame(
         if terms:
             row.update(
                 _goodput_columns(
-                    grp, terms, gap_rid[in_level], gap_itl[in_level], float(row["duration_s"])
+                    grp, terms, found.request_id, found.itl_ms, float(row["duration_s"])
                 )
             )
         rows.append(row)
@@ -417,6 +590,25 @@ def level_frame(
     rates = [asked.offered_rate(int(k)) for k in frame["concurrency"]]
     frame["offered_rate_rps"] = [_NAN if r is None else float(r) for r in rates]
     return frame
+
+
+def _gaps_by_level(ts: TraceSet, gaps: pd.DataFrame | None) -> Callable[[int], LevelGaps]:
+    """Each level's gaps: cut from ``gaps`` when given (a gap frame already made), else read
+    from the columns one level at a time (no gap frame of the whole run in memory)."""
+    if gaps is None:
+        cols = ts.columns
+        timed = _timed(cols)
+        return lambda level: level_gaps(cols, level, timed)
+    conc = gaps["concurrency"].to_numpy()
+    itl = gaps["itl_ms"].to_numpy(dtype=float)
+    tokens = gaps["tokens"].to_numpy()
+    rid = gaps["request_id"].to_numpy()
+
+    def cut(level: int) -> LevelGaps:
+        in_level = conc == level
+        return LevelGaps(itl[in_level], tokens[in_level], rid[in_level])
+
+    return cut
 
 
 QUEUE_STATS = ("mean", "p50", "p90", "p99")

@@ -1,4 +1,5 @@
-"""The one writer and the one reader of trace sets (``traces/<run-id>/``).
+"""The files of a trace set (``traces/<run-id>/``): the one writer, the line reader, compaction,
+discovery.
 
 The writer appends each finished request as one JSON line and flushes it at once, so a killed
 recorder loses at most the line it was writing; the manifest is replaced atomically (write a
@@ -6,25 +7,22 @@ temporary file, then rename). Everything it writes (the manifest, every line, th
 log, what compaction rewrites) goes through a :class:`~sweeper.redact.Redactor` first: secrets
 never reach the disk.
 
-The reader accepts what such a kill leaves behind: a truncated last line is reported in
-:attr:`TraceSet.problems` and skipped; any other bad line is an error naming the file and the
-line. Lines that parse but cannot be true (a request id twice in one level, negative or
-decreasing chunk times) are reported in :attr:`TraceSet.problems` and left out.
+The line reader accepts what such a kill leaves behind: a truncated last line is reported in
+the problems and skipped; any other bad line is an error naming the file and the line.
+:mod:`sweeper.store.loading` turns the lines into a :class:`~sweeper.store.TraceSet`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
-import itertools
 import json
-import operator
 import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -244,25 +242,6 @@ def write_trace_set(
 # reading
 
 
-@dataclass(kw_only=True)
-class TraceSet:
-    """A trace set as read from disk."""
-
-    path: Path
-    manifest: RunManifest
-    requests: list[RequestTrace]
-    metrics: list[MetricSample] = field(default_factory=list)
-    server_log: str | None = None
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def run_id(self) -> str:
-        return self.manifest.run_id
-
-    def measured(self) -> list[RequestTrace]:
-        return [r for r in self.requests if r.phase == "measured"]
-
-
 def read_manifest(folder: Path | str) -> RunManifest:
     folder = Path(folder)
     path = folder / MANIFEST_FILE
@@ -338,25 +317,21 @@ def _manifest_text(path: Path) -> str:
 def iter_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[M]:
     """Yield one model per line. A bad last line without a newline (a killed writer) is
     reported in ``problems`` and skipped; any other bad line raises, naming file and line."""
-    for _, record in _numbered_jsonl(path, model, problems):
+    for _, record in numbered_jsonl(path, model, problems):
         yield record
 
 
-def _numbered_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[tuple[int, M]]:
-    """:func:`iter_jsonl` with each record's line number."""
-    data = _read_bytes(path, problems)
-    lines = data.split(b"\n")
-    ends_with_newline = data.endswith(b"\n")
-    if ends_with_newline:
-        lines.pop()
-    last = len(lines)
-    for number, raw in enumerate(lines, start=1):
+def numbered_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[tuple[int, M]]:
+    """:func:`iter_jsonl` with each record's line number. The file is read whole (a ``.gz``
+    one decompressed) but its lines are cut one at a time, never all copied at once."""
+    data = read_trace_bytes(path, problems)
+    for number, raw, unterminated in _lines(data):
         if not raw.strip():
             continue
         try:
             yield number, model.model_validate_json(raw)
         except ValidationError as exc:
-            if number == last and not ends_with_newline and _is_truncated_json(raw):
+            if unterminated and _is_truncated_json(raw):
                 problems.append(
                     f"{path.name}:{number}: last line is truncated (the writer was stopped "
                     "while writing it); skipped"
@@ -365,7 +340,21 @@ def _numbered_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator
             raise TraceFormatError(_describe(exc), path, number) from exc
 
 
-def _read_bytes(path: Path, problems: list[str]) -> bytes:
+def _lines(data: bytes) -> Iterator[tuple[int, bytes, bool]]:
+    """Each line of ``data`` with its 1-based number and whether it is a last line without a
+    newline (what a killed writer leaves)."""
+    pos, number, size = 0, 0, len(data)
+    while pos < size:
+        end = data.find(b"\n", pos)
+        number += 1
+        if end < 0:
+            yield number, data[pos:], True
+            return
+        yield number, data[pos:end], False
+        pos = end + 1
+
+
+def read_trace_bytes(path: Path, problems: list[str]) -> bytes:
     """A trace file's bytes, a ``.gz`` one decompressed. A gzip stream cut short (a killed
     compaction, a partial copy) gives what decompresses, noted in ``problems``; a file that is
     not gzip, or whose compressed data is damaged, is an error naming it."""
@@ -443,146 +432,6 @@ def requests_files(folder: Path) -> list[Path]:
     return files
 
 
-def load_trace_set(folder: Path | str) -> TraceSet:
-    """Read a whole trace set. Raises :class:`TraceError` naming the file and line on bad data;
-    lines that parse but cannot be true are left out and named in :attr:`TraceSet.problems`."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise TraceError("no such trace-set folder", folder)
-    manifest = read_manifest(folder)
-    problems: list[str] = []
-    lines: list[_Numbered] = []
-    for path in requests_files(folder):
-        lines.extend(
-            _Numbered(path.name, number, trace)
-            for number, trace in _numbered_jsonl(path, RequestTrace, problems)
-        )
-    metrics: list[MetricSample] = []
-    for path in metrics_files(folder):
-        metrics.extend(iter_jsonl(path, MetricSample, problems))
-    metrics.sort(key=lambda m: m.t_ns)
-    log_path = folder / SERVER_LOG_FILE
-    server_log = (
-        log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else None
-    )
-    lines = _unique(
-        lines,
-        lambda n: (n.record.request_id, n.record.send_ns, n.record.status),
-        "request",
-        problems,
-    )
-    requests = _sound_requests(lines, problems)
-    metrics = _unique(metrics, lambda m: (m.url, m.t_ns), "metrics sample", problems)
-    requests.sort(key=lambda r: (r.send_ns, r.request_id))
-    return TraceSet(
-        path=folder,
-        manifest=manifest,
-        requests=requests,
-        metrics=metrics,
-        server_log=server_log,
-        problems=problems,
-    )
-
-
-@dataclass(frozen=True)
-class _Numbered:
-    """A request as read: its file, its line, the record."""
-
-    file: str
-    line: int
-    record: RequestTrace
-
-    @property
-    def where(self) -> str:
-        return f"{self.file}:{self.line}"
-
-
-# Lines named one by one in TraceSet.problems, per kind of problem; the rest are counted.
-MAX_NAMED_PROBLEMS = 20
-
-
-def _sound_requests(lines: list[_Numbered], problems: list[str]) -> list[RequestTrace]:
-    """The requests that can be true: a line with impossible times is left out; of a request
-    id seen twice in one level, the first copy is kept (a cancelled request is one a resumed
-    run sends again under its id: not a copy). Each line left out is named."""
-    kept: list[RequestTrace] = []
-    bad_times: list[str] = []
-    repeats: list[str] = []
-    first: dict[tuple[int, str], _Numbered] = {}
-    for line in lines:
-        trace = line.record
-        wrong = _bad_times(trace)
-        if wrong is not None:
-            bad_times.append(
-                f"{line.where}: request {trace.request_id!r} (C={trace.concurrency}): {wrong}; "
-                "left out"
-            )
-            continue
-        if trace.status != "cancelled":
-            key = (trace.concurrency, trace.request_id)
-            seen = first.get(key)
-            if seen is not None:
-                repeats.append(
-                    f"{line.where}: request id {trace.request_id!r} appears again at "
-                    f"C={trace.concurrency} (first at {seen.where}); this copy left out"
-                )
-                continue
-            first[key] = line
-        kept.append(trace)
-    for named in (bad_times, repeats):
-        problems.extend(named[:MAX_NAMED_PROBLEMS])
-        if len(named) > MAX_NAMED_PROBLEMS:
-            problems.append(f"... and {len(named) - MAX_NAMED_PROBLEMS} more lines like these")
-    return kept
-
-
-def _bad_times(trace: RequestTrace) -> str | None:
-    """What is impossible about a request's times (a chunk before its send, chunks out of
-    order, an end before the send, a first token after the end), or None. Times after the send
-    are ``>= 0`` and a request's chunks arrive in order (equal times: one read)."""
-    chunks = trace.chunk_ns
-    if chunks:
-        if chunks[0] < 0:
-            return f"chunk 0 arrives {chunks[0]} ns, before its request was sent"
-        # one pass at C speed, no sorted copy per request; the index only when one goes back
-        if any(map(operator.gt, chunks, itertools.islice(chunks, 1, None))):
-            i = next(i for i in range(1, len(chunks)) if chunks[i] < chunks[i - 1])
-            return (
-                f"chunk times go back: chunk {i} at {chunks[i]} ns after chunk {i - 1} at "
-                f"{chunks[i - 1]} ns"
-            )
-    for name in ("end_ns", "ttft_ns", "e2el_ns"):
-        value = getattr(trace, name)
-        if value is not None and value < 0:
-            return f"{name} is {value}, before its request was sent"
-    if trace.ttft_ns is not None and trace.e2el_ns is not None and trace.ttft_ns > trace.e2el_ns:
-        return f"ttft_ns {trace.ttft_ns} is after e2el_ns {trace.e2el_ns} (the end)"
-    return None
-
-
-T = TypeVar("T")
-
-
-def _unique(
-    records: list[T], key: Callable[[T], Hashable], what: str, problems: list[str]
-) -> list[T]:
-    """The records without repeats of one (a ``sweeper compact`` stopped between writing its
-    file and removing the sources leaves every record twice); repeats are noted."""
-    seen: set[Hashable] = set()
-    kept = []
-    for record in records:
-        k = key(record)
-        if k not in seen:
-            seen.add(k)
-            kept.append(record)
-    if len(kept) < len(records):
-        problems.append(
-            f"{len(records) - len(kept)} {what} records appeared twice (an interrupted "
-            "`sweeper compact`?); each was read once"
-        )
-    return kept
-
-
 @dataclass(frozen=True)
 class Compacted:
     """One file ``sweeper compact`` wrote: its name, the bytes of the files it replaced, its own
@@ -632,7 +481,7 @@ class TraceSetLock:
         self.release()
 
 
-def compact_trace_set(folder: Path | str) -> list[Compacted]:
+def compact_files(folder: Path | str) -> list[Compacted]:
     """Gzip a trace set's request files into ``requests.jsonl.gz`` and its metrics into
     ``server_metrics.jsonl.gz``, lines unchanged (a vLLM metrics file shrinks ~16x). Each file is
     written beside the others and renamed into place before its sources are removed. A run still
