@@ -167,6 +167,16 @@ def _base(data: pd.DataFrame) -> alt.Chart:
     return alt.Chart(data).properties(width=CHART_WIDTH_PX, height=CHART_HEIGHT_PX)
 
 
+# The config every chart gets from :func:`_finish` (altair's default view included): a run page
+# leaves it out of its specs, and the site's script (assets/sweeper-charts.js, SHARED_CONFIG)
+# puts it back; a test keeps the two equal.
+SHARED_CONFIG: dict[str, Any] = {
+    "view": {"continuousWidth": 300, "continuousHeight": 300},
+    "axis": {"labelFontSize": 11, "titleFontSize": 12},
+    "legend": {"labelFontSize": 11, "orient": "bottom", "titleFontSize": 11},
+}
+
+
 def _finish(chart: Any) -> Any:
     return chart.configure_axis(labelFontSize=11, titleFontSize=12).configure_legend(
         orient="bottom", labelFontSize=11, titleFontSize=11

@@ -9,10 +9,14 @@ Vega-Lite spec as HTML-escaped JSON (:func:`chart_html`), drawn by ``assets/swee
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import pandas as pd
 
 from sweeper.facts.serverlog import strip_terminal
 from sweeper.findings import Finding
@@ -60,13 +64,173 @@ def esc(value: object) -> str:
     return "".join(_ESCAPES.get(c, c) for c in text)
 
 
-def chart_html(chart: Any) -> str:
-    """One chart as a ``div`` carrying its complete Vega-Lite spec in an attribute (not an inline
-    script: Material's instant navigation re-runs inline scripts without their type)."""
+def chart_html(chart: Any, datasets: PageData | None = None) -> str:
+    """One chart as a ``div`` carrying its Vega-Lite spec in an attribute (not an inline
+    script: Material's instant navigation re-runs inline scripts without their type).
+
+    Without ``datasets`` the spec is complete (``$schema``, config and data inline). With a
+    page's :class:`PageData`, the spec is compact: its data moves into the page's one dataset
+    block (shared by every chart of the page, numbers rounded by :func:`round_rows`), and the
+    ``$schema`` and the shared config (:data:`sweeper.report.charts.SHARED_CONFIG`) are left to
+    the site's script, which puts them back before drawing."""
     # Validated against the schema by the tests; skipping it here halves the cost of a page.
     spec = chart.to_dict(validate=False) if hasattr(chart, "to_dict") else chart
-    data = json.dumps(spec, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return f'<div class="sweeper-chart" data-spec="{html.escape(data, quote=True)}"></div>'
+    if datasets is None:
+        data = json.dumps(spec, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return f'<div class="sweeper-chart" data-spec="{html.escape(data, quote=True)}"></div>'
+    data = _json(datasets.compact(spec))
+    return f"<div class=\"sweeper-chart\" data-spec='{attr_json(data)}'></div>"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def attr_json(text: str) -> str:
+    """JSON for a single-quoted HTML attribute: ``&``, ``'``, ``<`` and ``>`` as references
+    (the double quotes JSON is made of stay as they are, a third of the weight of ``&quot;``)."""
+    return (
+        text.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;").replace(">", "&gt;")
+    )
+
+
+# Decimals kept per kind of number in a chart's data, by the column's name (what the number
+# means: latencies in ms to 0.01 ms, times in s to 0.1 ms, rates to 0.01 a second); anything
+# else keeps 6 significant digits. A tooltip shows at most one decimal of any of them.
+_DECIMALS = (("_ms", 2), ("tok_s", 2), ("_rps", 2), ("rps", 2), ("_per_slot", 2), ("_s", 4))
+
+
+def _round(key: str, value: float) -> float | int:
+    if value != value or value in (float("inf"), float("-inf")):
+        return value  # refused by json.dumps(allow_nan=False), as before
+    for suffix, digits in _DECIMALS:
+        if key.endswith(suffix):
+            value = round(value, digits)
+            break
+    else:
+        value = float(f"{value:.6g}")
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
+def round_rows(rows: list[Any]) -> list[Any]:
+    """A dataset's rows with their floats rounded to what they mean (:data:`_DECIMALS`)."""
+    out = []
+    for row in rows:
+        if isinstance(row, dict):
+            row = {k: _round(k, v) if isinstance(v, float) else v for k, v in row.items()}
+        out.append(row)
+    return out
+
+
+class PageData:
+    """The datasets of one page's charts: each distinct dataset once (``d1``, ``d2``...), written
+    as one ``<div class="sweeper-datasets" hidden data-datasets='...'>`` by :meth:`html`."""
+
+    def __init__(self) -> None:
+        self.datasets: dict[str, list[Any]] = {}
+        self._ids: dict[str, str] = {}
+
+    def add(self, rows: list[Any]) -> str:
+        rows = round_rows(rows)
+        key = _json(rows)
+        name = self._ids.get(key)
+        if name is None:
+            name = f"d{len(self._ids) + 1}"
+            self._ids[key] = name
+            self.datasets[name] = rows
+        return name
+
+    def compact(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """``spec`` without its datasets (moved here), ``$schema`` and the shared config."""
+        spec = dict(spec)
+        names = {old: self.add(rows) for old, rows in (spec.pop("datasets", None) or {}).items()}
+        spec.pop("$schema", None)
+        if spec.get("config") == charts.SHARED_CONFIG:
+            del spec["config"]
+        return _renamed(spec, names)
+
+    def html(self) -> str:
+        if not self.datasets:
+            return ""
+        return (
+            '<div class="sweeper-datasets" hidden '
+            f"data-datasets='{attr_json(_json(self.datasets))}'></div>"
+        )
+
+
+def _renamed(value: Any, names: Mapping[str, str]) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "data" and isinstance(v, dict) and v.get("name") in names:
+                out[k] = {**v, "name": names[v["name"]]}
+            else:
+                out[k] = _renamed(v, names)
+        return out
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    return value
+
+
+# Labels of a chart drawn once for both languages: a placeholder per label key, swapped for the
+# words of each language in the finished spec (private-use characters: never in a label).
+_TOKEN = "\ue000{}\ue001"
+_TOKEN_RE = re.compile("\ue000([^\ue000\ue001]*)\ue001")
+
+
+def shared_spec(
+    memo: dict[Any, Any] | None,
+    key: str,
+    draw: Callable[..., Any],
+    args: Sequence[Any],
+    labels: Mapping[str, str],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """The spec of ``draw(*args, labels, **kwargs)``. With a ``memo`` shared by the languages of
+    one run, the chart is drawn once, with placeholders for its labels, and each language gets
+    a copy with its words: where the data differs between the languages (a rate run's level
+    names), the data's fingerprint differs too and the chart is drawn again."""
+    if memo is None:
+        return draw(*args, labels, **kwargs)
+    fingerprint = (
+        key,
+        tuple(labels),
+        *map(_fingerprint, args),
+        *sorted((k, _fingerprint(v)) for k, v in kwargs.items()),
+    )
+    spec = memo.get(fingerprint)
+    if spec is None:
+        tokens = {k: _TOKEN.format(k) for k in labels}
+        chart = draw(*args, tokens, **kwargs)
+        spec = chart.to_dict(validate=False) if hasattr(chart, "to_dict") else chart
+        memo[fingerprint] = spec
+    return _with_labels(spec, labels)
+
+
+def _fingerprint(value: Any) -> Any:
+    if isinstance(value, pd.DataFrame):
+        hashed = pd.util.hash_pandas_object(value, index=True).to_numpy()
+        return (
+            "frame",
+            tuple(map(str, value.columns)),
+            tuple(map(str, value.dtypes)),
+            hashlib.sha1(hashed.tobytes()).hexdigest(),
+        )
+    if isinstance(value, pd.Series):
+        return _fingerprint(value.to_frame())
+    return repr(value)
+
+
+def _with_labels(value: Any, labels: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        if "\ue000" not in value:
+            return value
+        return _TOKEN_RE.sub(lambda m: labels.get(m.group(1), m.group(0)), value)
+    if isinstance(value, dict):
+        return {k: _with_labels(v, labels) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_labels(v, labels) for v in value]
+    return value
 
 
 def front_matter(title: str) -> str:
@@ -89,13 +253,16 @@ def cards(items: Sequence[tuple[str, str, str | None]], css: str = "sweeper-card
     return f'<div class="{css}">' + "".join(cells) + "</div>"
 
 
-def figure_html(number: int, lang: str, title: str, chart: Any, caption: str) -> str:
-    """A numbered figure: title, the chart, its caption (already escaped)."""
+def figure_html(
+    number: int, lang: str, title: str, chart: Any, caption: str, datasets: PageData | None = None
+) -> str:
+    """A numbered figure: title, the chart (compact with a page's ``datasets``), its caption
+    (already escaped)."""
     label = tr(lang, "Figure {number}").format(number=number)
     return (
         '<figure class="sweeper-figure">'
         f'<div class="sweeper-figure__title">{html.escape(label)} · {html.escape(title)}</div>'
-        f"{chart_html(chart)}"
+        f"{chart_html(chart, datasets)}"
         f"<figcaption>{caption}</figcaption></figure>"
     )
 

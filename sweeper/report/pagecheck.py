@@ -203,6 +203,9 @@ class _Reader(HTMLParser):
         spec = values.get("data-spec")
         if spec:
             self._chart(spec)
+        datasets = values.get("data-datasets")  # a run page's one block of chart data
+        if datasets:
+            self._chart(datasets, key="datasets")
         if tag in _VOID:
             return
         self._stack.append(tag)
@@ -251,13 +254,13 @@ class _Reader(HTMLParser):
                 self.texts.append(text)
             self._current = []
 
-    def _chart(self, spec_text: str) -> None:
+    def _chart(self, spec_text: str, key: str | None = None) -> None:
         try:
             spec = json.loads(spec_text)
         except ValueError:
             self.defects.append("repr: a chart whose spec is not JSON")
             return
-        self.chart_texts.extend(_chart_words(spec))
+        self.chart_texts.extend(_chart_words({key: spec} if key else spec))
 
 
 # Keys of a Vega-Lite spec whose strings a reader sees (the datasets' strings are labels too).

@@ -24,6 +24,7 @@ from sweeper.i18n import N_, fmt_date, fmt_fixed, fmt_number, fmt_percent, join_
 from sweeper.report import charts
 from sweeper.report.advice import next_steps
 from sweeper.report.markup import (
+    PageData,
     cards,
     chart_labels,
     esc,
@@ -32,6 +33,7 @@ from sweeper.report.markup import (
     front_matter,
     labels_html,
     num,
+    shared_spec,
     table,
     tr,
     trn,
@@ -69,13 +71,16 @@ __all__ = ["RunReport", "render_run_page", "timeline_level"]
 class _Page:
     """Collects one page's Markdown; numbers figures as they are added."""
 
-    def __init__(self, run: RunReport, lang: str):
+    def __init__(self, run: RunReport, lang: str, shared: bool = True):
         self.run = run
         self.lang = lang
         self.parts: list[str] = []
         self.figures = 0
         # Offered rate by level key in a rate run (levels named by their rate); empty otherwise.
         self.rates = level_rates(run.ts.manifest)
+        # The page's one block of chart data, and the specs drawn once for both languages.
+        self.datasets = PageData()
+        self.memo = run.chart_specs if shared else None
 
     def name(self, level: int) -> str:
         """A level's name: ``C=16``, or ``4 req/s`` in a rate run."""
@@ -100,7 +105,23 @@ class _Page:
     def figure(self, title: str, chart: Any, caption: str) -> None:
         """A numbered figure; ``caption`` is plain text (escaped here)."""
         self.figures += 1
-        self.add(figure_html(self.figures, self.lang, title, chart, html.escape(caption)))
+        self.add(
+            figure_html(self.figures, self.lang, title, chart, html.escape(caption), self.datasets)
+        )
+
+    def draw(
+        self,
+        key: str,
+        draw: Any,
+        *args: Any,
+        labels: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The spec of chart ``key`` (``draw(*args, labels, **kwargs)``) in this page's
+        language, drawn once for both languages where its data is the same
+        (:func:`sweeper.report.markup.shared_spec`)."""
+        words = labels if labels is not None else chart_labels(self.lang, key)
+        return shared_spec(self.memo, key, draw, args, words, kwargs)
 
     def finding(self, finding_id: str) -> bool:
         found = self.run.finding(finding_id)
@@ -110,7 +131,7 @@ class _Page:
         return True
 
     def text(self) -> str:
-        return "\n\n".join(self.parts) + "\n"
+        return "\n\n".join([*self.parts, *filter(None, [self.datasets.html()])]) + "\n"
 
 
 def _findings_failed(page: _Page) -> None:
@@ -476,7 +497,7 @@ def _curve_sections(page: _Page) -> None:
     )
     page.figure(
         tr(lang, "Throughput-latency trade-off"),
-        charts.chart_throughput_latency(levels, chart_labels(lang, "throughput_latency")),
+        page.draw("throughput_latency", charts.chart_throughput_latency, levels),
         caption,
     )
     if page.rates:
@@ -486,7 +507,7 @@ def _curve_sections(page: _Page) -> None:
     page.heading(tr(lang, "Scaling: measured against ideal"))
     page.figure(
         tr(lang, "Scaling efficiency"),
-        charts.chart_scaling(levels, chart_labels(lang, "scaling")),
+        page.draw("scaling", charts.chart_scaling, levels),
         tr(
             lang,
             "Log-log axes: ideal linear scaling (the lowest level's rate per stream times C) is a straight "
@@ -497,7 +518,7 @@ def _curve_sections(page: _Page) -> None:
     page.heading(tr(lang, "What each added slot buys"))
     page.figure(
         tr(lang, "Marginal throughput per added concurrency slot"),
-        charts.chart_marginal_gain(levels, chart_labels(lang, "marginal_gain")),
+        page.draw("marginal_gain", charts.chart_marginal_gain, levels),
         tr(
             lang,
             "Bar height = added throughput / added concurrency between two levels. The dashed line is "
@@ -515,7 +536,7 @@ def _tail_sections(page: _Page) -> None:
         page.heading(tr(lang, "The ITL tail"))
         page.figure(
             tr(lang, "ITL percentile split (log scale)"),
-            charts.chart_itl_split(levels, chart_labels(lang, "itl_split")),
+            page.draw("itl_split", charts.chart_itl_split, levels),
             tr(
                 lang,
                 "The shaded area spans p50 to p99 of the gaps between tokens. The mean sits between "
@@ -534,7 +555,7 @@ def _tail_sections(page: _Page) -> None:
         page.heading(tr(lang, "Where the end-to-end time goes"), 3)
         page.figure(
             tr(lang, "E2EL breakdown at p50: first token vs decode"),
-            charts.chart_e2el_breakdown(e2el, chart_labels(lang, "e2el_breakdown")),
+            page.draw("e2el_breakdown", charts.chart_e2el_breakdown, e2el),
             tr(
                 lang,
                 N_(
@@ -597,9 +618,10 @@ def _kv_section(page: _Page) -> None:
             if page.rates
             else N_("KV cache pool occupancy per level"),
         ),
-        charts.chart_kv_occupancy(
+        page.draw(
+            "kv_occupancy",
+            charts.chart_kv_occupancy,
             chart_levels(run.levels, page.rates, lang),
-            chart_labels(lang, "kv_occupancy"),
             capacity_tokens=capacity,
             tokens_per_request=per_request,
             observed=observed,
@@ -632,7 +654,13 @@ def _timeline_section(page: _Page) -> None:
     )
     page.figure(
         page.tl("Request timeline at C={concurrency}").format(concurrency=page.lv(level)),
-        charts.chart_request_timeline(run.requests, level, _timeline_labels(page)),
+        page.draw(
+            "request_timeline",
+            charts.chart_request_timeline,
+            run.requests,
+            level,
+            labels=_timeline_labels(page),
+        ),
         _timeline_caption(page, shown) + _queue_note(page, level),
     )
 
@@ -843,9 +871,11 @@ def _more_findings(page: _Page) -> None:
 # The page
 
 
-def render_run_page(run: RunReport, lang: str) -> str:
-    """The whole report page of one run in ``lang``, as Markdown (front matter included)."""
-    page = _Page(run, lang)
+def render_run_page(run: RunReport, lang: str, *, shared: bool = True) -> str:
+    """The whole report page of one run in ``lang``, as Markdown (front matter included).
+    ``shared``: draw each chart once for both languages where its data is the same (the pages
+    are the same either way; a test compares them)."""
+    page = _Page(run, lang, shared)
     title = run_title(run.ts, lang)
     page.add(front_matter(run.run_id))
     kicker = tr(lang, "Request-rate sweep") if page.rates else tr(lang, "Concurrency sweep")

@@ -18,7 +18,7 @@ from sweeper.analysis.frames import turn_frame
 from sweeper.findings.levels import LevelRates, level_name
 from sweeper.i18n import fmt_fixed, fmt_number, fmt_percent, join_list
 from sweeper.report import charts
-from sweeper.report.markup import chart_labels, esc, num, table, tr
+from sweeper.report.markup import esc, num, table, tr
 from sweeper.report.run_report import RunReport
 from sweeper.units import finite
 
@@ -33,6 +33,7 @@ class PageLike(Protocol):
     def add(self, *blocks: str) -> None: ...
     def heading(self, text: str, level: int = 2) -> None: ...
     def figure(self, title: str, chart: Any, caption: str) -> None: ...
+    def draw(self, key: str, draw: Any, *args: Any, labels: Any = None, **kwargs: Any) -> Any: ...
     def finding(self, finding_id: str) -> bool: ...
     def name(self, level: int) -> str: ...
 
@@ -93,7 +94,7 @@ def rate_follow_section(page: PageLike, levels: pd.DataFrame) -> None:
     if frame[["sent_rps", "completed_rps"]].notna().any().any():
         page.figure(
             tr(lang, "Requests per second: offered, sent, completed"),
-            charts.chart_rate_follow(frame, chart_labels(lang, "rate_follow")),
+            page.draw("rate_follow", charts.chart_rate_follow, frame),
             tr(
                 lang,
                 "Log-log axes. The dashed diagonal is the offered rate; sent is what the client "
@@ -107,7 +108,7 @@ def rate_follow_section(page: PageLike, levels: pd.DataFrame) -> None:
     page.heading(tr(lang, "Latency against offered rate"))
     page.figure(
         tr(lang, "TTFT from the schedule against the offered rate"),
-        charts.chart_rate_latency(levels, chart_labels(lang, "rate_latency")),
+        page.draw("rate_latency", charts.chart_rate_latency, levels),
         tr(
             lang,
             "Log-log axes. TTFT counted from when the schedule said to send (what a user waits, "
@@ -131,7 +132,7 @@ def turns_section(page: PageLike) -> None:
     page.heading(tr(lang, "Multi-turn sessions: TTFT by turn"))
     page.figure(
         tr(lang, "p50 TTFT of each turn of a conversation"),
-        charts.chart_ttft_by_turn(turns, chart_labels(lang, "ttft_by_turn")),
+        page.draw("ttft_by_turn", charts.chart_ttft_by_turn, turns),
         tr(
             lang,
             "Each later turn resends the conversation so far (the previous answers and a new user "

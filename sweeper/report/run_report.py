@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -48,6 +49,9 @@ class RunReport:
     done: Completeness = field(default_factory=lambda: Completeness("complete"))
     # The measured requests that failed, grouped by what failed (kind, HTTP status).
     failures: list[FailureGroup] = field(default_factory=list)
+    # Chart specs drawn once for both languages' pages (sweeper.report.markup.shared_spec);
+    # emptied before the report is cached.
+    chart_specs: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def run_id(self) -> str:

@@ -71,7 +71,8 @@ log = logging.getLogger("sweeper.report.site")
 
 RUNS_DIR = "runs"
 COMPARE_DIR = "compare"
-GENERATED_DIRS = (RUNS_DIR, COMPARE_DIR)
+GROUPS_DIR = "groups"  # one page per (model, GPU): what the navigation lists
+GENERATED_DIRS = (RUNS_DIR, COMPARE_DIR, GROUPS_DIR)
 # Written into each generated folder: only folders carrying it are ever cleaned by sweeper.
 SENTINEL = ".sweeper-generated"
 _SLUG_MAX = 48
@@ -173,7 +174,7 @@ def _slim(entry: RunEntry) -> RunEntry:
         return entry
     ts = entry.run.ts
     slim_ts = TraceSet(path=ts.path, manifest=ts.manifest, requests=[], problems=list(ts.problems))
-    run = replace(entry.run, ts=slim_ts, requests=entry.run.requests.iloc[0:0])
+    run = replace(entry.run, ts=slim_ts, requests=entry.run.requests.iloc[0:0], chart_specs={})
     return replace(entry, run=run)
 
 
@@ -219,6 +220,7 @@ def _render_entry(folder: Path) -> RunEntry:
             page_path(f"{RUNS_DIR}/{run.run_id}/index.md", lang): render_run_page(run, lang)
             for lang in LANGUAGES
         }
+        run.chart_specs.clear()  # drawn for both languages; not kept in memory
         entry.run = run
     except SweeperError as exc:
         entry.error = str(exc)
@@ -286,9 +288,9 @@ def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
     return peak_text, single, rec
 
 
-def _run_cell(run: RunReport, lang: str) -> str:
+def _run_cell(run: RunReport, lang: str, prefix: str = "") -> str:
     """The run's link, marked when the run is incomplete or nothing in it succeeded."""
-    cell = _link(esc(run.run_id), f"{run.run_id}/index.md")
+    cell = _link(esc(run.run_id), f"{prefix}{run.run_id}/index.md")
     levels = run.levels
     if levels.empty or int(levels["requests"].sum()) == 0:
         cell += " " + html.escape(tr(lang, "(no measured request)"))
@@ -299,66 +301,162 @@ def _run_cell(run: RunReport, lang: str) -> str:
     return cell
 
 
+def run_group(run: RunReport, lang: str) -> tuple[str, str]:
+    """The group a run is listed in on the index and in the navigation: (model, GPU)."""
+    return model_title(run.ts), gpu_title(run.ts, lang) or "–"
+
+
+def group_slug(model: str, gpu: str) -> str:
+    """A folder name for a (model, GPU) group: readable part + a short hash."""
+    key = f"{model}\0{gpu}"
+    readable = re.sub(r"[^a-z0-9]+", "-", f"{model} {gpu}".lower()).strip("-")[:_SLUG_MAX]
+    return f"{readable or 'group'}-{hashlib.sha256(key.encode()).hexdigest()[:6]}"
+
+
+def run_groups(runs: Iterable[RunReport]) -> dict[tuple[str, str], list[RunReport]]:
+    """Runs by (model, GPU) (the GPU named in English: one group for both languages), the
+    groups sorted by model then GPU, the runs newest first."""
+    groups: dict[tuple[str, str], list[RunReport]] = {}
+    for run in runs:
+        groups.setdefault(run_group(run, LANGUAGES[0]), []).append(run)
+    return {
+        key: sorted(groups[key], key=lambda r: r.ts.manifest.started_at, reverse=True)
+        for key in sorted(groups)
+    }
+
+
+def _sortable(text: str, key: object) -> str:
+    """A cell's text with the value it sorts by (the index's script reads ``data-sort``)."""
+    return f'<span data-sort="{html.escape(str(key), quote=True)}">{text}</span>'
+
+
+def _level_sort_key(run: RunReport, level: object) -> str:
+    """What a recommended level sorts by: its concurrency, or in a rate run its offered rate
+    (all at once last: ``Infinity``); nothing when there is none."""
+    if not isinstance(level, int | float) or isinstance(level, bool):
+        return ""
+    rates = level_rates(run.ts.manifest)
+    value = float(rates.get(int(level), level)) if rates else float(level)
+    return "Infinity" if value == float("inf") else f"{value:g}"
+
+
+def _header_cell(text: str, *, sort: str | None = None, facet: str | None = None) -> str:
+    attrs = ""
+    if sort:
+        attrs += f' data-sweeper-sort="{sort}" role="button" tabindex="0"'
+    if facet:
+        attrs += f' data-sweeper-col="{facet}"'
+    return f"<span{attrs}>{html.escape(text)}</span>" if attrs else html.escape(text)
+
+
+def _runs_table(runs: list[RunReport], lang: str, labelled: bool, prefix: str = "") -> str:
+    """The sortable table of runs (date, peak tok/s, recommended level), each row's model, GPU
+    and engine marked for the filters."""
+    header = [
+        _header_cell(tr(lang, "Run")),
+        _header_cell(tr(lang, "Model"), facet="model"),
+        _header_cell(tr(lang, "GPU"), facet="gpu"),
+        _header_cell(tr(lang, "Engine"), facet="engine"),
+        _header_cell(tr(lang, "Date"), sort="date"),
+        _header_cell(tr(lang, "Peak tok/s"), sort="peak"),
+        _header_cell(tr(lang, "Per stream tok/s")),
+        _header_cell(tr(lang, "Recommended"), sort="recommended"),
+    ]
+    if labelled:
+        header.append(_header_cell(tr(lang, "Labels"), facet="labels"))
+    rows = []
+    for run in runs:
+        peak_text, single, rec = _headline_numbers(run, lang)
+        peak = peak_level(run.levels)
+        recommended = run.known("recommended")
+        chosen = recommended.numbers.get("concurrency") if recommended is not None else None
+        row = [
+            _run_cell(run, lang, prefix),
+            esc(model_title(run.ts)),
+            esc(gpu_title(run.ts, lang) or "–"),
+            esc(engine_title(run.ts) or "–"),
+            _sortable(
+                fmt_date(run.ts.manifest.started_at, lang), run.ts.manifest.started_at.isoformat()
+            ),
+            _sortable(
+                peak_text,
+                f"{float(peak['output_throughput_tok_s']):.3f}" if peak is not None else "",
+            ),
+            single,
+            _sortable(rec, _level_sort_key(run, chosen)),
+        ]
+        if labelled:
+            row.append(labels_html(run.ts.manifest.labels) or "–")
+        rows.append(row)
+    return table(header, rows, numeric=False)
+
+
+def _filters(runs: list[RunReport], lang: str) -> str:
+    """The box that filters the rows by words (a label, a model...) and one menu per column
+    (model, GPU, engine) listing its values."""
+    placeholder = tr(lang, "Filter runs: a label, a model, a GPU…")
+    parts = [
+        '<p class="sweeper-filter"><input type="search" data-sweeper-filter '
+        f'placeholder="{html.escape(placeholder, quote=True)}" '
+        f'aria-label="{html.escape(placeholder, quote=True)}">'
+    ]
+    facets = [
+        ("model", tr(lang, "Model"), [model_title(r.ts) for r in runs]),
+        ("gpu", tr(lang, "GPU"), [gpu_title(r.ts, lang) or "–" for r in runs]),
+        ("engine", tr(lang, "Engine"), [engine_title(r.ts) or "–" for r in runs]),
+    ]
+    for facet, name, values in facets:
+        every = tr(lang, "every {column}").format(column=name)
+        options = [f'<option value="">{html.escape(every)}</option>']
+        options += [
+            f'<option value="{esc(v)}">{esc(v)}</option>' for v in sorted(set(values), key=str)
+        ]
+        parts.append(
+            f'<select data-sweeper-facet="{facet}" aria-label="{html.escape(name, quote=True)}">'
+            + "".join(options)
+            + "</select>"
+        )
+    parts.append("</p>")
+    return " ".join(parts)
+
+
 def render_index(
     entries: list[RunEntry],
     comparisons: Mapping[str, list[RunReport]],
     lang: str,
     studies: Mapping[str, int] | None = None,
 ) -> str:
-    """The list of every run, the studies (id -> number of configurations), the comparisons,
-    and the trace sets that could not be read."""
+    """The runs grouped by model and GPU (a sortable, filterable table per group), the studies
+    (id -> number of configurations), the comparisons, and the trace sets that could not be
+    read."""
     parts = [front_matter(tr(lang, "Runs")), "# " + html.escape(tr(lang, "Runs"))]
-    runs = sorted(
-        (e.run for e in entries if e.run is not None),
-        key=lambda r: r.ts.manifest.started_at,
-        reverse=True,
-    )
+    runs = [e.run for e in entries if e.run is not None]
     if runs:
         parts.append(
             html.escape(
                 tr(
                     lang,
-                    "Every trace set in traces/, newest first. Peak throughput in output tok/s at the level where it was reached.",
+                    "Every trace set in traces/, by model and GPU, newest first. Peak throughput in output tok/s at the level where it was reached.",
+                )
+            )
+            + " "
+            + html.escape(
+                tr(
+                    lang,
+                    "Click Date, Peak tok/s or Recommended to sort; the menus and the box filter the rows.",
                 )
             )
         )
         labelled = any(run.ts.manifest.labels for run in runs)
-        if labelled:
-            placeholder = tr(lang, "Filter runs: a label, a model, a GPU…")
+        parts.append(_filters(runs, lang))
+        for (model, gpu), members in run_groups(runs).items():
+            title = f"{model} · {gpu}"
+            parts.append(f"## {esc(title)} {{ .sweeper-group #{group_slug(model, gpu)} }}")
             parts.append(
-                '<p class="sweeper-filter"><input type="search" data-sweeper-filter '
-                f'placeholder="{html.escape(placeholder, quote=True)}" '
-                f'aria-label="{html.escape(placeholder, quote=True)}"></p>'
+                f'<p class="sweeper-group__count">{html.escape(_runs_count(lang, len(members)))}'
+                f" · {_link(html.escape(tr(lang, 'this group alone')), f'../{GROUPS_DIR}/{group_slug(model, gpu)}/index.md')}</p>"
             )
-        header = [
-            tr(lang, "Run"),
-            tr(lang, "Model"),
-            tr(lang, "GPU"),
-            tr(lang, "Engine"),
-            tr(lang, "Date"),
-            tr(lang, "Peak tok/s"),
-            tr(lang, "Per stream tok/s"),
-            tr(lang, "Recommended"),
-        ]
-        if labelled:
-            header.append(tr(lang, "Labels"))
-        rows = []
-        for run in runs:
-            peak, single, rec = _headline_numbers(run, lang)
-            row = [
-                _run_cell(run, lang),
-                esc(model_title(run.ts)),
-                esc(gpu_title(run.ts, lang) or "–"),
-                esc(engine_title(run.ts) or "–"),
-                fmt_date(run.ts.manifest.started_at, lang),
-                peak,
-                single,
-                rec,
-            ]
-            if labelled:
-                row.append(labels_html(run.ts.manifest.labels) or "–")
-            rows.append(row)
-        parts.append(_markdown_table(header, rows))
+            parts.append(_runs_table(members, lang, labelled))
     else:
         parts.append(
             html.escape(
@@ -400,6 +498,21 @@ def render_index(
                 [[f"<code>{esc(e.folder.name)}</code>", esc(e.error)] for e in broken],
             )
         )
+    return "\n\n".join(parts) + "\n"
+
+
+def render_group(model: str, gpu: str, runs: list[RunReport], lang: str) -> str:
+    """One (model, GPU) group's page: its runs in the index's sortable table."""
+    title = f"{model} · {gpu}"
+    labelled = any(run.ts.manifest.labels for run in runs)
+    parts = [front_matter(title), "# " + esc(title)]
+    parts.append(
+        html.escape(_runs_count(lang, len(runs)))
+        + " · "
+        + _link(html.escape(tr(lang, "every run")), f"../../{RUNS_DIR}/index.md")
+    )
+    parts.append(_filters(runs, lang))
+    parts.append(_runs_table(runs, lang, labelled, prefix=f"../../{RUNS_DIR}/"))
     return "\n\n".join(parts) + "\n"
 
 
@@ -615,7 +728,11 @@ def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str,
             pages[path] = with_study_link(text, run, lang, counts) if run is not None else text
     pages.update(studies)
     comparisons = comparison_groups(runs)
+    groups = run_groups(runs)
     for lang in LANGUAGES:
+        for (model, gpu), members in groups.items():
+            path = page_path(f"{GROUPS_DIR}/{group_slug(model, gpu)}/index.md", lang)
+            pages[path] = render_group(model, gpu, members, lang)
         pages[page_path(f"{RUNS_DIR}/index.md", lang)] = render_index(
             entries, comparisons, lang, counts
         )
@@ -627,14 +744,16 @@ def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str,
 
 
 def generated_nav(pages: Mapping[str, str]) -> list[str]:
-    """The generated pages of the navigation (English paths; the i18n plugin maps them), the
-    index first, then the runs, then the comparisons."""
+    """The generated pages of the navigation (English paths; the i18n plugin maps them): the
+    index first, then one page per (model, GPU) group, then the comparisons. The run and study
+    pages are reached from the index and the group pages: a navigation listing a thousand runs
+    would be written into every page of the site."""
     translated = tuple(f".{lang}.md" for lang in LANGUAGES[1:])
     paths = sorted(p for p in pages if not p.endswith(translated))
     index = f"{RUNS_DIR}/index.md"
-    runs = [p for p in paths if p.startswith(f"{RUNS_DIR}/") and p != index]
+    groups = [p for p in paths if p.startswith(f"{GROUPS_DIR}/")]
     compare = [p for p in paths if p.startswith(f"{COMPARE_DIR}/")]
-    return [index, *runs, *compare]
+    return [index, *groups, *compare]
 
 
 def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from sweeper.schema import Fact, ServerConfig
 from sweeper.testing.factories import SyntheticLevel, write_synthetic_run
@@ -165,3 +169,58 @@ def mkdocs_build(
         text=True,
         timeout=600,
     )
+
+
+# A chart's spec and a run page's datasets, in a double- or a single-quoted attribute.
+_CHART_ATTR = re.compile(r"""data-(spec|datasets)=(?:"([^"]*)"|'([^']*)')""")
+VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
+
+
+def page_specs(page: str) -> list[dict[str, Any]]:
+    """Every chart of a page (Markdown or HTML) as the site's script draws it: a compact spec
+    completed with the page's datasets, the ``$schema`` and the shared config
+    (assets/sweeper-charts.js ``complete``)."""
+    from sweeper.report.charts import SHARED_CONFIG
+
+    found = [
+        (
+            m.group(1),
+            json.loads(html.unescape(m.group(2) if m.group(2) is not None else m.group(3))),
+        )
+        for m in _CHART_ATTR.finditer(page)
+    ]
+    datasets: dict[str, Any] = {}
+    for kind, value in found:
+        if kind == "datasets":
+            datasets.update(value)
+    specs = []
+    for kind, spec in found:
+        if kind != "spec":
+            continue
+        spec.setdefault("$schema", VEGA_LITE_SCHEMA)
+        spec.setdefault("config", copy.deepcopy(SHARED_CONFIG))
+        own = spec.setdefault("datasets", {})
+        for name in _data_names(spec):
+            if name not in own and name in datasets:
+                own[name] = datasets[name]
+        specs.append(spec)
+    return specs
+
+
+def _data_names(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        names = []
+        for key, item in value.items():
+            if key == "data" and isinstance(item, dict) and isinstance(item.get("name"), str):
+                names.append(item["name"])
+            elif key != "datasets":
+                names += _data_names(item)
+        return names
+    if isinstance(value, list):
+        return [name for item in value for name in _data_names(item)]
+    return []
+
+
+def without_charts(page: str) -> str:
+    """A page with its charts' specs and datasets taken out (to look at its words alone)."""
+    return _CHART_ATTR.sub("", page)

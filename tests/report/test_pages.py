@@ -18,7 +18,15 @@ from sweeper.report.markup import chart_html, esc
 from sweeper.report.pages import RunReport, render_run_page
 from sweeper.report.run_report import collect_run
 from sweeper.store import discover_trace_sets, load_trace_set
-from tests.report.site_helpers import BROKEN, MARKDOWN_MODEL, RUN_A, RUN_B, RUN_XSS, XSS
+from tests.report.site_helpers import (
+    BROKEN,
+    MARKDOWN_MODEL,
+    RUN_A,
+    RUN_B,
+    RUN_XSS,
+    XSS,
+    page_specs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +40,7 @@ def pages(site_traces: Path) -> dict[str, str]:
 
 
 def _specs(markdown: str) -> list[dict]:
-    return [json.loads(html.unescape(m)) for m in re.findall(r'data-spec="([^"]*)"', markdown)]
+    return page_specs(markdown)
 
 
 def test_layout_has_each_run_index_and_comparison_in_both_languages(pages) -> None:

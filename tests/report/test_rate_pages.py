@@ -15,14 +15,13 @@ from sweeper.report.pages import render_run_page
 from sweeper.report.run_report import collect_run
 from sweeper.store import load_trace_set
 from tests.findings.openloop import write_rate_run, write_session_run
+from tests.report.site_helpers import page_specs, without_charts
 
 RATES = [2.0, 4.0, 8.0, 16.0, 32.0, float("inf")]
 
 
 def _specs(page: str) -> list[dict]:
-    import html
-
-    return [json.loads(html.unescape(m)) for m in re.findall(r'data-spec="([^"]*)"', page)]
+    return page_specs(page)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def test_a_rate_page_names_levels_by_rate_and_has_no_defect(rate_pages, lang: st
     page = rate_pages[lang]
     assert page_defects(page) == []
     assert "C=" not in page and "C = " not in page
-    assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", page))
+    assert not re.search(r"\b(None|nan|NaN)\b", without_charts(page))
     unit = "req/s" if lang == "en" else "请求/秒"
     assert f"8 {unit}" in page and ("all at once" if lang == "en" else "全部同时发送") in page
 
@@ -146,7 +145,7 @@ def test_the_runs_index_names_a_rate_run_by_its_rates(tmp_path: Path) -> None:
     pages = generate_pages(tmp_path)
     index = pages["runs/index.md"]
     row = next(line for line in index.splitlines() if "rate&#45;sat" in line)
-    assert "(all at once)" in row and "| 8 req/s |" in row and "C=" not in row
+    assert "(all at once)" in row and "8 req/s</span> |" in row and "C=" not in row
     assert "8 请求/秒" in pages["runs/index.zh.md"]
 
 
@@ -202,7 +201,7 @@ def test_imported_vllm_bench_rate_runs_publish_clean_pages(tmp_path: Path, optio
         page = render_run_page(run, lang)
         assert page_defects(page) == [], lang
         assert "C=" not in page
-        assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", page))
+        assert not re.search(r"\b(None|nan|NaN)\b", without_charts(page))
 
 
 @pytest.mark.parametrize("kind", ["constant", "poisson"])
@@ -220,7 +219,7 @@ def test_imported_guidellm_rate_sweeps_publish_clean_pages(tmp_path: Path, kind:
         body = page.split("### Warnings")[0].split("### 警告")[0]
         assert page_defects(body) == [], lang
         assert "C=" not in body
-        assert not re.search(r"\b(None|nan|NaN)\b", re.sub(r'data-spec="[^"]*"', "", body))
+        assert not re.search(r"\b(None|nan|NaN)\b", without_charts(body))
 
 
 def test_varied_lengths_are_not_called_fixed() -> None:

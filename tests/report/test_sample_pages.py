@@ -11,6 +11,7 @@ from sweeper.report.pagecheck import page_defects
 from sweeper.report.pages import RunReport, render_run_page
 from sweeper.report.run_report import collect_run
 from sweeper.store import load_trace_set
+from tests.report.site_helpers import page_specs
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 SAMPLES = ("small-vllm-cpu-multi-turn", "small-vllm-cpu-poisson")
@@ -28,12 +29,7 @@ def test_sample_page_has_no_defect(runs: dict[str, RunReport], name: str, lang: 
 
 
 def _rate_follow_values(page: str) -> list[dict]:
-    import html
-    import json
-    import re
-
-    for m in re.findall(r'data-spec="([^"]*)"', page):
-        spec = json.loads(html.unescape(m))
+    for spec in page_specs(page):
         values = [row for ds in spec.get("datasets", {}).values() for row in ds]
         if any(row.get("kind") == "sent_rps" for row in values):
             return values
