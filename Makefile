@@ -21,7 +21,7 @@ export TRANSFORMERS_OFFLINE := 1
 export VLLM_NO_USAGE_STATS := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: all install vllm model models browser deps lint test test-fast demo clean help
+.PHONY: all install vllm model models browser deps lint test test-fast demo clean help site-zensical
 
 all: test
 
@@ -87,5 +87,15 @@ test-fast: install
 demo: install vllm models
 	bash scripts/demo.sh
 
+# The report site built with Zensical instead of MkDocs (docs/site.md): site-zensical/, en + zh.
+# 0.0.73 is the last release that ships its theme in the wheel (later ones need zensical-ui).
+ZENSICAL_VERSION := 0.0.73
+$(STAMPS)/zensical: | $(STAMPS)/venv
+	$(VENV)/bin/python -m pip install --quiet zensical==$(ZENSICAL_VERSION)
+	touch $@
+
+site-zensical: $(STAMPS)/zensical
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m sweeper.report.zensical --out site-zensical
+
 clean:
-	rm -rf $(STAMPS) site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(STAMPS) site site-zensical .cache/sweeper/zensical .pytest_cache .mypy_cache .ruff_cache
