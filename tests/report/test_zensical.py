@@ -1,0 +1,183 @@
+"""The Zensical build (``sweeper.report.zensical``) without a browser: the docs tree and config
+made for each language, and a real ``zensical build`` of a small traces folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeper.errors import SweeperError
+from sweeper.report import zensical as z
+from sweeper.testing.factories import SyntheticLevel, write_synthetic_run
+from tests.report.site_helpers import ROOT, write_broken_trace_set
+
+RUN = "zensical-run"
+
+
+def test_links_to_a_chinese_page_point_at_the_same_language_tree() -> None:
+    text = "[a](site.zh.md), [b](../x/index.zh.md#top), `cog docs/cli.zh.md`, [c](record.md)"
+    assert z.language_links(text) == (
+        "[a](site.md), [b](../x/index.md#top), `cog docs/cli.zh.md`, [c](record.md)"
+    )
+
+
+def test_each_language_tree_holds_its_own_pages_else_the_english_ones() -> None:
+    files = {
+        "index.md": b"en home",
+        "index.zh.md": b"zh home [s](site.zh.md)",
+        "only-en.md": b"en only",
+        "img/chart-zh.svg": b"<svg/>",
+        "runs/r/index.md": b"en run",
+        "runs/r/index.zh.md": b"zh run",
+    }
+    en = z.language_tree(files, "en")
+    zh = z.language_tree(files, "zh")
+    assert en == {
+        "index.md": b"en home",
+        "only-en.md": b"en only",
+        "img/chart-zh.svg": b"<svg/>",
+        "runs/r/index.md": b"en run",
+    }
+    assert zh["index.md"] == b"zh home [s](site.md)"
+    assert zh["runs/r/index.md"] == b"zh run"
+    assert zh["only-en.md"] == b"en only"  # fallback_to_default, as the i18n plugin does
+    assert zh["img/chart-zh.svg"] == b"<svg/>"
+
+
+def test_the_project_config_becomes_one_config_per_language() -> None:
+    config = z.read_config(ROOT / "mkdocs.yml")
+    generated = ["runs/index.md", "groups/g/index.md", "compare/m/index.md"]
+    zh = z.language_config(
+        config, "zh", Path("zh/docs"), Path("zh/site"), "http://h/dev", generated
+    )
+    en = z.language_config(
+        config, "en", Path("en/docs"), Path("en/site"), "http://h/dev/", generated
+    )
+    assert zh["site_url"] == "http://h/dev/zh/" and en["site_url"] == "http://h/dev/"
+    assert zh["theme"]["language"] == "zh" and en["theme"]["language"] == "en"
+    for built in (en, zh):
+        names = [next(iter(p)) if isinstance(p, dict) else p for p in built["plugins"]]
+        assert not set(names) & set(z.DROPPED_PLUGINS), names
+        assert "search" in names
+        assert "version" not in built["extra"]  # no mike versions.json beside this build
+        scripts = built["extra_javascript"]
+        language, charts = (
+            f"assets/sweeper/{name}" for name in (z.LANGUAGE_SCRIPT, "sweeper-charts.js")
+        )
+        assert scripts.index(language) < scripts.index(charts)  # its click handler runs first
+        text = json.dumps(built["nav"], ensure_ascii=False)
+        assert ".ipynb" not in text  # no mkdocs-jupyter: the notebook page is left out
+        assert '"groups/g/index.md"' in text and '"compare/m/index.md"' in text
+    assert [a["link"] for a in en["extra"]["alternate"]] == ["./", "zh/"]
+    assert [a["link"] for a in zh["extra"]["alternate"]] == ["../", "../zh/"]
+    assert "报告" in json.dumps(zh["nav"], ensure_ascii=False)  # nav_translations of mkdocs.yml
+    assert "Reports" in json.dumps(en["nav"])
+
+
+def test_the_written_config_keeps_the_python_slugify_of_the_toc() -> None:
+    """mkdocs.yml names a Python function for the heading ids; the written config keeps the
+    tag, and PyYAML's full loader (which Zensical uses) builds the same function from it."""
+    config = z.read_config(ROOT / "mkdocs.yml")
+    text = yaml.dump(config, Dumper=z._Dumper, allow_unicode=True, sort_keys=False)
+    assert "!!python/object/apply:pymdownx.slugs.slugify" in text
+    loaded = yaml.load(text, Loader=yaml.Loader)  # the project's own config
+    toc = next(
+        e["toc"] for e in loaded["markdown_extensions"] if isinstance(e, dict) and "toc" in e
+    )
+    assert toc["slugify"]("吞吐与延迟的兑换率", "-") == "吞吐与延迟的兑换率"
+    assert toc["slugify"]("KV Cache", "-") == "kv-cache"
+
+
+def test_env_tags_are_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_url: !ENV [SWEEPER_TEST_URL, 'http://default/']\nother: !ENV [SWEEPER_TEST_NONE, 3]\n"
+    )
+    monkeypatch.setenv("SWEEPER_TEST_URL", "https://example.org/x/")
+    monkeypatch.delenv("SWEEPER_TEST_NONE", raising=False)
+    assert z.read_config(tmp_path / "mkdocs.yml") == {
+        "site_url": "https://example.org/x/",
+        "other": 3,
+    }
+
+
+def test_a_missing_zensical_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "zensical", None)  # import zensical raises ImportError
+    with pytest.raises(SweeperError, match=r"pip install 'zensical==0\.0\.73'.*make site-zensical"):
+        z.zensical_command()
+
+
+@pytest.fixture(scope="module")
+def small_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ztraces")
+    write_synthetic_run(
+        root, RUN, [SyntheticLevel(1, 40, 12), SyntheticLevel(4, 60, 13)], output_len=32
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def zensical_build(tmp_path_factory: pytest.TempPathFactory, small_traces: Path) -> z.BuildResult:
+    pytest.importorskip("zensical", reason="Zensical is not installed: make site-zensical")
+    work = tmp_path_factory.mktemp("zbuild")
+    return z.build_site(
+        work / "site",
+        traces_dir=small_traces,
+        work_dir=work / "work",
+        site_url="http://127.0.0.1:8000/dev/",
+        strict=True,
+    )
+
+
+def test_zensical_builds_both_languages(zensical_build: z.BuildResult) -> None:
+    site = zensical_build.site_dir
+    assert set(zensical_build.seconds) == {"en", "zh"}
+    for prefix, lang in (("", "en"), ("zh/", "zh")):
+        page = (site / prefix / "runs" / RUN / "index.html").read_text(encoding="utf-8")
+        assert f'<html lang="{lang}"' in page
+        assert page.count('class="sweeper-chart"') >= 6
+        for asset in ("vega-bundle.js", z.LANGUAGE_SCRIPT, "sweeper-charts.js", "sweeper.css"):
+            assert (site / prefix / "assets" / "sweeper" / asset).is_file()
+        assert f'hreflang="{"zh" if lang == "en" else "en"}"' in page
+        index = json.loads((site / prefix / "search.json").read_text(encoding="utf-8"))
+        assert index["config"]["lang"] == [lang]
+        locations = [item["location"] for item in index["items"]]
+        assert any(loc.startswith(f"runs/{RUN}/") for loc in locations)
+    zh_page = (site / "zh" / "runs" / RUN / "index.html").read_text(encoding="utf-8")
+    assert "吞吐与延迟的兑换率" in zh_page
+    zh_index = (site / "zh" / "search.json").read_text(encoding="utf-8")
+    assert "兑换率" in zh_index
+    assert "吞吐与延迟的兑换率" not in (site / "search.json").read_text(encoding="utf-8")
+    assert (site / z.SITE_MARKER).is_file()
+
+
+def test_a_strict_build_names_the_trace_set_left_out(tmp_path: Path, small_traces: Path) -> None:
+    pytest.importorskip("zensical", reason="Zensical is not installed: make site-zensical")
+    import shutil
+
+    traces = tmp_path / "traces"
+    shutil.copytree(small_traces, traces)
+    write_broken_trace_set(traces)
+    with pytest.raises(SweeperError, match=r"broken-run: left out of the site"):
+        z.build(tmp_path / "site", traces_dir=traces, work_dir=tmp_path / "work", strict=True)
+    assert (tmp_path / "site" / "runs" / RUN / "index.html").is_file()  # built all the same
+    assert (tmp_path / "site" / "zh" / "runs" / "index.html").is_file()
+
+
+def test_an_output_folder_it_did_not_build_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(SweeperError, match=r"is not a site built by sweeper"):
+        z._assemble(out, {"en": tmp_path})
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_a_missing_traces_folder_is_an_error(tmp_path: Path) -> None:
+    pytest.importorskip("zensical", reason="Zensical is not installed: make site-zensical")
+    with pytest.raises(SweeperError, match="does not exist"):
+        z.build(tmp_path / "site", traces_dir=tmp_path / "nope", work_dir=tmp_path / "work")
+    assert not (tmp_path / "site").exists()
