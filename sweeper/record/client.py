@@ -149,9 +149,51 @@ async def stream_request(
     shaper: RequestShaper | None = None,
     clock: Clock = default_clock,
     stamps: StampStats | None = None,
+    on_sent: Callable[[], None] | None = None,
 ) -> RequestTrace:
     """Send one streamed request and time its chunks. Never raises for a failed request
-    (connection, HTTP, stream or timeout errors are returned as data); re-raises cancellation."""
+    (connection, HTTP, stream or timeout errors are returned as data); re-raises cancellation.
+
+    ``on_sent`` is called once, as soon as the request is on its way (raw client: written to
+    the socket; httpx: when the client is about to send it), or else before returning: a closed
+    loop does the previous request's bookkeeping there, after this one is sent, not before."""
+    if on_sent is not None:
+        on_sent = _once(on_sent)
+    try:
+        return await _stream_request(
+            client, url, spec, endpoint=endpoint, origin_ns=origin_ns, timeout_s=timeout_s,
+            shaper=shaper, clock=clock, stamps=stamps, on_sent=on_sent,
+        )  # fmt: skip
+    finally:
+        if on_sent is not None:
+            on_sent()
+
+
+def _once(call: Callable[[], None]) -> Callable[[], None]:
+    called = False
+
+    def once() -> None:
+        nonlocal called
+        if not called:
+            called = True
+            call()
+
+    return once
+
+
+async def _stream_request(
+    client: StreamClient,
+    url: str,
+    spec: RequestSpec,
+    *,
+    endpoint: str,
+    origin_ns: int,
+    timeout_s: float,
+    shaper: RequestShaper | None,
+    clock: Clock,
+    stamps: StampStats | None,
+    on_sent: Callable[[], None] | None,
+) -> RequestTrace:
     shaper = shaper or RequestShaper()
     retries_left = RETRY_BEFORE_RESPONSE
     rejected_rounds = 0
@@ -164,8 +206,9 @@ async def stream_request(
         try:
             async with asyncio.timeout(timeout_s):
                 status, text = await _exchange(
-                    client, url, body, spec.header_id, state, reader, clock, send_ns, stamps
-                )
+                    client, url, body, spec.header_id, state, reader, clock, send_ns, stamps,
+                    on_sent,
+                )  # fmt: skip
             if status is not None:
                 if rejected_rounds < len(OPTIONAL_FIELDS) and shaper.learn(status, text, body):
                     rejected_rounds += 1
@@ -242,13 +285,16 @@ async def _exchange(
     clock: Clock,
     send_ns: int,
     stamps: StampStats | None,
+    on_sent: Callable[[], None] | None = None,
 ) -> tuple[int | None, str]:
     """Run the HTTP exchange; fill ``state``. Returns (status, body text) for an HTTP error."""
     headers = {REQUEST_ID_HEADER: header_id} if header_id else None
     stamps = stamps if stamps is not None else StampStats()
     if isinstance(client, RawClient):
-        async with client.post(url, body, headers, clock) as raw_response:
+        async with client.post(url, body, headers, clock, on_sent) as raw_response:
             return await _read_raw(raw_response, state, reader, clock, send_ns, stamps)
+    if on_sent is not None:
+        on_sent()  # httpx gives no hook between writing the request and reading the answer
     async with client.stream("POST", url, json=body, headers=headers) as response:
         if response.status_code >= httpx.codes.BAD_REQUEST:
             raw = await response.aread()
@@ -286,30 +332,25 @@ async def _read_raw(
         state.end_ns = clock() - send_ns
         return response.status_code, raw.decode("utf-8", errors="replace")
     parser = SSEParser()
-    while (pieces := await response.read_pieces()) is not None:
-        for piece in pieces:
-            if not piece.data:
-                continue  # only chunked framing arrived
-            now = piece.arrival_ns - send_ns
-            state.bytes_seen = True
-            state.end_ns = now
-            chunks = len(state.chunk_ns)
-            done = _handle(parser.feed(piece.data), state, reader, now)
-            stamps.add_read(piece.age_ns, len(state.chunk_ns) - chunks)
-            if done:
-                await _finish_body(response)
-                return None, ""
-    _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
+    ended = False
+
+    def on_piece(data: bytes, arrival_ns: int, age_ns: int | None) -> bool:
+        """One socket read's body bytes, in the event loop's read callback."""
+        nonlocal ended
+        if not data:
+            return False  # only chunked framing arrived
+        now = arrival_ns - send_ns
+        state.bytes_seen = True
+        state.end_ns = now
+        chunks = len(state.chunk_ns)
+        ended = _handle(parser.feed(data), state, reader, now)
+        stamps.add_read(age_ns, len(state.chunk_ns) - chunks)
+        return ended
+
+    await response.consume(on_piece, DRAIN_AFTER_DONE_S)
+    if not ended:
+        _handle(parser.close(), state, reader, state.end_ns or clock() - send_ns)
     return None, ""
-
-
-async def _finish_body(response: RawResponse) -> None:
-    """Read the body's end (the chunked terminator) so the connection is reused; a server that
-    keeps the stream open after [DONE] gets a short grace, then is closed."""
-    with contextlib.suppress(TimeoutError, ConnectionLost, ProtocolViolation):
-        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
-            while await response.read_pieces() is not None:
-                pass
 
 
 async def _drain(stream: AsyncIterator[bytes]) -> None:

@@ -27,11 +27,12 @@ from sweeper.record.client import (
     StreamClient,
     stream_request,
 )
+from sweeper.record.closed import closed_loop
 from sweeper.record.config import (
     PROMPT_BUILD_PARALLEL,
     RecordConfig,
 )
-from sweeper.record.http import describe_exception
+from sweeper.record.http import RawClient, describe_exception
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.progress import LevelStats, Progress
 from sweeper.record.prompts import PromptSource
@@ -388,16 +389,24 @@ async def _stream_level(
     stamps: StampStats,
 ) -> None:
     """Requests in this process: one closed-loop stream per concurrent request, each sending
-    its next when the last one ends, until the specs run out or ``take`` says stop."""
-    queue = list(reversed(specs))
+    its next when the last one ends (and then recording the last one), until the specs run out
+    or ``take`` says stop. The raw client opens the streams' connections first."""
+    run = sweep.run
+    if isinstance(sweep.client, RawClient):
+        await sweep.client.prepare(sweep.url, min(streams, len(specs)))
 
-    async def stream() -> None:
-        while queue:
-            trace = await _send_one(sweep, queue.pop(), stamps)
-            if not take(trace):
-                queue.clear()  # stop sending
+    async def send(spec: RequestSpec, on_sent: Callable[[], None] | None) -> RequestTrace:
+        return await stream_request(
+            sweep.client, sweep.url, spec, endpoint=sweep.endpoint, origin_ns=run.origin_ns,
+            timeout_s=run.config.timeout_s, shaper=sweep.shaper, clock=run.clock,
+            stamps=stamps, on_sent=on_sent,
+        )  # fmt: skip
 
-    await asyncio.gather(*(stream() for _ in range(min(streams, len(specs)))))
+    def settle(trace: RequestTrace) -> bool:
+        run.writer.append_request(trace)
+        return take(trace)
+
+    await closed_loop(specs, streams, send, settle)
 
 
 def _warmup_count(workload: Workload, concurrency: int) -> int:

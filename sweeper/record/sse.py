@@ -57,6 +57,18 @@ class SSEParser:
             self._pending_cr = False
             if text.startswith("\n"):
                 text = text[1:]
+        if (
+            not self._buffer
+            and not self._data
+            and not self._event
+            and text.endswith("\n\n")
+            and "\r" not in text
+        ):
+            # The common read: whole ``data: ...`` events, nothing pending. What the general
+            # path below would make of it, without its line-by-line work.
+            parts = text[:-2].split("\n\n")
+            if all(p.startswith("data: ") and "\n" not in p for p in parts):
+                return [SSEEvent(p[6:]) for p in parts]
         self._buffer += text
         return self._drain()
 
@@ -227,6 +239,12 @@ class ChunkReader:
 def _check_usage(usage: dict[str, Any]) -> None:
     """A usage object whose counts are not whole numbers (``NaN``, ``Infinity``, ``"many"``, -1,
     2.5) makes the chunk malformed: the error names each bad field with its value as sent."""
+    for name in USAGE_COUNTS:
+        value = usage.get(name)
+        if not (value is None or (type(value) is int and value >= 0)):
+            break
+    else:
+        return  # the common case: every count a plain int (checked once per chunk)
     bad = [
         f"usage.{name}={json.dumps(usage[name])}"
         for name in USAGE_COUNTS

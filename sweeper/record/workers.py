@@ -21,7 +21,7 @@ import multiprocessing
 import os
 import queue
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
@@ -37,6 +37,7 @@ from sweeper.record.client import (
     default_clock,
     stream_request,
 )
+from sweeper.record.closed import Send, closed_loop
 from sweeper.record.config import CONNECT_TIMEOUT_S
 from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor
@@ -306,20 +307,27 @@ async def _worker_loop(
             stamps = StampStats()
             dropped_before = set(shaper.dropped)
 
-            async def send_pair(
-                spec: RequestSpec, job: LevelJob = job, stamps: StampStats = stamps
-            ) -> tuple[RequestTrace, bool]:
-                trace = await stream_request(
+            async def send(
+                spec: RequestSpec,
+                on_sent: Callable[[], None] | None = None,
+                job: LevelJob = job,
+                stamps: StampStats = stamps,
+            ) -> RequestTrace:
+                return await stream_request(
                     client, job.url, spec, endpoint=job.endpoint, origin_ns=settings.origin_ns,
                     timeout_s=settings.timeout_s, shaper=shaper, clock=default_clock,
-                    stamps=stamps,
+                    stamps=stamps, on_sent=on_sent,
                 )  # fmt: skip
+
+            def settle(trace: RequestTrace) -> bool:
                 line = trace.model_dump_json(exclude_none=True)
                 writer.append_request(trace)
                 results.put(("trace", line))
-                return trace, not stop.is_set()
+                return not stop.is_set()
 
-            late = await _run_job(job, send_pair, settings.origin_ns, stop)
+            if isinstance(client, RawClient) and not job.open_loop and job.think_ms is None:
+                await client.prepare(job.url, min(job.streams, len(job.specs)))
+            late = await _run_job(job, send, settle, settings.origin_ns, stop)
             lag.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await lag_task
@@ -332,13 +340,18 @@ async def _worker_loop(
 
 async def _run_job(
     job: LevelJob,
-    send_pair: Callable[[RequestSpec], Awaitable[tuple[RequestTrace, bool]]],
+    send: Send,
+    settle: Callable[[RequestTrace], bool],
     origin_ns: int,
     stop: Any,
 ) -> list[int]:
     """A job's requests, as the parent asked; the open loop's start lateness (ns)."""
 
-    async def send(spec: RequestSpec) -> bool:
+    async def send_pair(spec: RequestSpec) -> tuple[RequestTrace, bool]:
+        trace = await send(spec, None)
+        return trace, settle(trace)
+
+    async def send_one(spec: RequestSpec) -> bool:
         return (await send_pair(spec))[1]
 
     clock = default_clock
@@ -356,23 +369,11 @@ async def _run_job(
         return []
     if job.open_loop:
         return await send_on_schedule(
-            job.specs, send, origin_ns=origin_ns, clock=clock, cap=job.cap
+            job.specs, send_one, origin_ns=origin_ns, clock=clock, cap=job.cap
         )
-    await _closed_loop(job, send, stop)
+    # The job's specs over its streams, each stream sending its next when the last one ends.
+    await closed_loop(job.specs, job.streams, send, settle, go=lambda: not stop.is_set())
     return []
-
-
-async def _closed_loop(
-    job: LevelJob, send: Callable[[RequestSpec], Awaitable[bool]], stop: Any
-) -> None:
-    """The job's specs over its streams, each stream sending its next when the last one ends."""
-    todo = list(reversed(job.specs))
-
-    async def one_stream() -> None:
-        while todo and not stop.is_set():
-            await send(todo.pop())
-
-    await asyncio.gather(*(one_stream() for _ in range(min(job.streams, len(job.specs)))))
 
 
 async def _exit_with_parent(parent_pid: int) -> None:

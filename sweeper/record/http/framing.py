@@ -4,7 +4,9 @@ body framed by ``Content-Length``, chunked transfer encoding or the connection's
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -19,6 +21,8 @@ HEAD_END = b"\r\n\r\n"
 HTTP_CONTINUE_MIN, HTTP_CONTINUE_MAX = 100, 199
 SWITCHING_PROTOCOLS = 101
 NO_BODY_STATUSES = (204, 304)  # never a body, whatever the headers say
+BodyCallback = Callable[[bytes, int, "int | None"], bool]
+"""(body bytes of one read, arrival ns, age ns or None) -> whether the stream has ended."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,23 @@ class RawResponse:
             self._complete = self._remaining == 0
         return data
 
+    async def consume(self, on_piece: BodyCallback, grace_s: float) -> None:
+        """Pass each read's body bytes (with its ``arrival_ns`` and ``age_ns``, as in
+        :class:`Piece`) to ``on_piece`` as they arrive, inside the event loop's
+        read callback (no task wakes up per read: at hundreds of streams that wake-up cost more
+        than the parsing); return at the body's end. Once ``on_piece`` returns True (the stream's
+        last event), the rest of the body (the chunked terminator) is read but not passed on, for
+        at most ``grace_s``. Raises what ``on_piece`` raises, and :class:`ConnectionLost` for a
+        body cut short (after a True, a cut is no error: the connection is just not reused)."""
+        if self._complete:
+            return
+        sink = _BodySink(self, on_piece, asyncio.get_running_loop().create_future(), grace_s)
+        try:
+            self._inbox.attach(sink)
+            await sink.done
+        finally:
+            sink.close()
+
     async def aread(self) -> bytes:
         parts = []
         while (pieces := await self.read_pieces()) is not None:
@@ -132,6 +153,16 @@ class RawResponse:
         return b"".join(parts)
 
     def _decode_chunked(self, data: bytes) -> bytes:
+        buf = self._buffer
+        if not buf and self._stage == "size":
+            # The common read: whole chunks (size line, data, CRLF), one or a few.
+            whole, used = _whole_chunks(data)
+            if used == len(data):
+                return whole
+            return whole + self._decode_slow(data[used:])  # the rest goes the general way
+        return self._decode_slow(data)
+
+    def _decode_slow(self, data: bytes) -> bytes:
         buf = self._buffer
         buf += data
         out = bytearray()
@@ -173,6 +204,89 @@ class RawResponse:
                 self._stage = "trailer"
             else:
                 self._chunk_left, self._stage = size, "data"
+
+
+def _whole_chunks(data: bytes) -> tuple[bytes, int]:
+    """The data of the whole, non-empty chunks at the start of ``data``, and how many bytes of
+    ``data`` they took (0: none: the general decoder handles the rest, and says what is bad)."""
+    parts = []
+    pos, size_of = 0, len(data)
+    while pos < size_of:
+        end = data.find(CRLF, pos, pos + MAX_CHUNK_SIZE_LINE)
+        if end <= pos:
+            break
+        try:
+            size = int(data[pos:end], 16)
+        except ValueError:
+            break  # a chunk extension, or bad
+        start = end + len(CRLF)
+        stop = start + size
+        if size <= 0 or data[stop : stop + len(CRLF)] != CRLF:
+            break  # the last chunk, or one not complete in this read
+        parts.append(data[start:stop])
+        pos = stop + len(CRLF)
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), pos
+
+
+class _BodySink:
+    """:meth:`RawResponse.consume`'s consumer of the inbox."""
+
+    def __init__(
+        self,
+        response: RawResponse,
+        on_piece: BodyCallback,
+        done: asyncio.Future[None],
+        grace_s: float,
+    ) -> None:
+        self.response, self.on_piece, self.done, self.grace_s = response, on_piece, done, grace_s
+        self.stopped = False  # on_piece has seen the stream's end
+        self._timer: asyncio.TimerHandle | None = None
+
+    def piece(self, piece: Piece) -> None:
+        response = self.response
+        if response._complete:  # bytes after the body: the connection's check sees them
+            self._finish(None)
+            response._inbox.give_back([piece])
+            return
+        try:
+            data = response._body(piece.data)
+            if not self.stopped and self.on_piece(data, piece.arrival_ns, piece.age_ns):
+                self.stopped = True
+                if not response._complete:
+                    self._timer = asyncio.get_running_loop().call_later(
+                        self.grace_s, self._finish, None
+                    )
+        except Exception as exc:  # the caller's task gets it (after the stream's end: no error)
+            self._finish(None if self.stopped else exc)
+            return
+        if response._complete:
+            self._finish(None)
+
+    def end(self, error: BaseException | None) -> None:
+        response = self.response
+        if self.stopped:
+            self._finish(None)
+        elif error is not None:
+            self._finish(ConnectionLost(str(error)))
+        elif response._chunked or response._remaining is not None:
+            self._finish(ConnectionLost("the server closed the connection before the body's end"))
+        else:
+            response._complete = True  # close-delimited body: the close is its end
+            self._finish(None)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        self.close()
+        if not self.done.done():
+            if exc is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(exc)
+
+    def close(self) -> None:
+        self.response._inbox.detach()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def _parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:

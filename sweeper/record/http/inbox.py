@@ -10,7 +10,7 @@ import struct
 import sys
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from sweeper.record.http.errors import ConnectionLost, ProtocolViolation
 from sweeper.units import NS_PER_S
@@ -29,15 +29,23 @@ MAX_AGE_NS = 10 * NS_PER_S
 HIGH_WATER = 4 * 1024 * 1024  # unread bytes at which a connection stops reading (flow control)
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     """The bytes of one socket read and when they arrived (the caller's clock). ``age_ns`` is how
     long they waited in the socket before the read, from the kernel's receive timestamp; None
-    where the kernel gave none (TLS, other systems): ``arrival_ns`` is then the read's time."""
+    where the kernel gave none (TLS, other systems): ``arrival_ns`` is then the read's time.
+    A named tuple: one is made per socket read, and a frozen dataclass costs several times more."""
 
     data: bytes
     arrival_ns: int
     age_ns: int | None
+
+
+class Consumer(Protocol):
+    """What takes a streaming body's pieces as they arrive (:meth:`Inbox.attach`)."""
+
+    def piece(self, piece: Piece) -> None: ...
+
+    def end(self, error: BaseException | None) -> None: ...
 
 
 class Inbox:
@@ -52,6 +60,9 @@ class Inbox:
         self._waiter: asyncio.Future[None] | None = None
         self._pause, self._resume = pause, resume
         self._paused = False
+        # While a response body streams (:meth:`RawResponse.consume`), each piece goes straight
+        # to this callback, inside the event loop's read callback: no task wakes up per read.
+        self._consumer: Consumer | None = None
 
     @property
     def unread(self) -> int:
@@ -63,6 +74,9 @@ class Inbox:
         return self._eof or self._error is not None
 
     def feed(self, piece: Piece) -> None:
+        if self._consumer is not None:
+            self._consumer.piece(piece)
+            return
         self._pieces.append(piece)
         self._size += len(piece.data)
         if self._size > HIGH_WATER and not self._paused:
@@ -73,10 +87,40 @@ class Inbox:
     def feed_eof(self) -> None:
         self._eof = True
         self._wake()
+        if self._consumer is not None:
+            self._consumer.end(None)
 
     def set_exception(self, exc: BaseException) -> None:
         self._error = exc
         self._wake()
+        if self._consumer is not None:
+            self._consumer.end(exc)
+
+    def attach(self, consumer: Consumer) -> None:
+        """Hand every piece unread and every piece to come to ``consumer`` (until
+        :meth:`detach`); an end already seen is passed on at once."""
+        self._consumer = consumer
+        pieces = self.take_nowait()
+        for i, piece in enumerate(pieces):
+            if self._consumer is not consumer:  # it detached itself: keep the rest
+                self.give_back(pieces[i:])
+                break
+            consumer.piece(piece)
+        if self._consumer is consumer and self.ended:
+            consumer.end(self._error)
+
+    def detach(self) -> None:
+        self._consumer = None
+
+    def take_nowait(self) -> list[Piece]:
+        """Every unread piece, without waiting (maybe [])."""
+        pieces = list(self._pieces)
+        self._pieces.clear()
+        self._size = 0
+        if self._paused:
+            self._paused = False
+            self._resume()
+        return pieces
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -97,13 +141,7 @@ class Inbox:
         await self._wait()
         if not self._size and self._error is not None:
             raise ConnectionLost(str(self._error)) from self._error  # a fresh one per caller
-        pieces = list(self._pieces)
-        self._pieces.clear()
-        self._size = 0
-        if self._paused:
-            self._paused = False
-            self._resume()
-        return pieces
+        return self.take_nowait()
 
     def give_back(self, pieces: list[Piece]) -> None:
         """Put pieces taken but not consumed back in front, in order."""
