@@ -165,13 +165,8 @@ def columns_to_frame(cols: RequestColumns, rows: np.ndarray) -> pd.DataFrame:
         first_ns = last_ns = np.zeros(n)
     first_chunk = np.where(has, first_ns, cols.optional("ttft_ns")[rows])
     last_chunk = np.where(has, last_ns, cols.optional("e2el_ns")[rows])
-    # Per-request sums over each request's chunks: differences of running sums (exact integers).
-    tokens = cols.chunk_tokens
-    lo, hi = first_at, first_at + chunks
-    token_sum = np.concatenate([[0], np.cumsum(tokens, dtype=np.int64)])
-    multi_sum = np.concatenate([[0], np.cumsum(tokens > 1, dtype=np.int64)])
-    chunk_out = (token_sum[hi] - token_sum[lo]).astype(float)
-    multi = multi_sum[hi] - multi_sum[lo]
+    chunk_out = cols.token_sum[rows].astype(float)
+    multi = cols.multi_chunks[rows]
     usage_out = cols.optional("completion_tokens")[rows]
     text = cols.text
     picks = rows.tolist()
@@ -851,7 +846,10 @@ def _level_row(
     # streaming every N tokens sends ~N a chunk: its inter-chunk latency is N tokens' worth).
     tokens = np.maximum(np.nan_to_num(gap_tokens.astype(float), nan=1.0), 1.0)
     row["tokens_per_chunk_mean"] = float(tokens.mean()) if tokens.size else _NAN
-    per_token = np.repeat(itl_ms / tokens, tokens.astype(int))
+    if tokens.size and bool((tokens == 1.0).all()):
+        per_token = itl_ms  # x / 1 is x: the same numbers, without a copy of every gap
+    else:
+        per_token = np.repeat(itl_ms / tokens, tokens.astype(int))
     for stat, value in stats(per_token).items():
         row[latency_column("token_itl_ms", stat)] = value
     for speed in ("decode", "gen"):

@@ -41,7 +41,17 @@ CACHE_VERSION = 1
 CACHE_DIR = ".sweeper-columns"
 META_FILE = "meta.json"
 TEXT_FILE = "text.json"
-ARRAYS = ("concurrency", "send_ns", "chunk_start", "chunk_ns", "chunk_tokens", "ints", "present")
+ARRAYS = (
+    "concurrency",
+    "send_ns",
+    "chunk_start",
+    "chunk_ns",
+    "chunk_tokens",
+    "token_sum",
+    "multi_chunks",
+    "ints",
+    "present",
+)
 _BLOCK = 1 << 20
 
 
