@@ -12,7 +12,7 @@ from babel.numbers import format_decimal
 
 from sweeper.cli._common import traces_option
 from sweeper.errors import SweeperError
-from sweeper.store import compact_trace_set, resolve_run
+from sweeper.store import CACHE_DIR, compact_trace_set, resolve_run
 
 
 def _size(n: int) -> str:
@@ -29,7 +29,10 @@ def compact_command(runs: tuple[str, ...], traces_dir: Path) -> None:
     """Gzip the request and metrics files of each RUN (a trace-set folder, or a run id under
     --traces) into requests.jsonl.gz and server_metrics.jsonl.gz. Every sweeper command and the
     site read them as before; a vLLM metrics file (~40 KB a scrape) shrinks about 16 times,
-    which matters for trace sets kept in git. Runs still being recorded are refused.
+    which matters for trace sets kept in git. Then it writes the run's columnar cache
+    (.sweeper-columns/: every chunk as arrays, checked against the JSONL's SHA-256), so the next
+    summary or build reads arrays instead of parsing every line (docs/trace-schema.md). Runs
+    still being recorded are refused.
 
     \b
     Examples:
@@ -48,6 +51,9 @@ def compact_command(runs: tuple[str, ...], traces_dir: Path) -> None:
         if not written:
             click.echo(f"{folder}: already compact")
         for item in written:
+            if item.name == f"{CACHE_DIR}/":  # the columnar cache: a copy, not a replacement
+                click.echo(f"{folder}: {item.name} written, {_size(item.after)}: {item.notes[0]}")
+                continue
             click.echo(f"{folder}: {item.name} {_size(item.before)} -> {_size(item.after)}")
             for note in item.notes:
                 click.echo(f"  note: {note} (kept in the manifest's warnings)", err=True)

@@ -3,10 +3,11 @@ saved as ``.npy`` files, so a second load reads arrays instead of parsing every 
 
 The JSONL stays the record; the cache is a copy that is never trusted unless it matches:
 
-- **Its key** is, for every request file (``requests*.jsonl[.gz]``), the name, the size, the
-  modification time and the SHA-256 of the bytes. The hash is what decides: an edit that keeps
-  the size and the time (a byte changed, the time put back) still changes it. Hashing is one
-  sequential read (~1.5 GB/s here, ~0.1 s for 10 M chunks), far cheaper than parsing.
+- **Its key** is, for every request file (``requests*.jsonl[.gz]``), the name, the size and the
+  SHA-256 of the bytes: what the files hold, not their times, so an edit that keeps the size and
+  the modification time (a byte changed, the time put back) is caught, and a trace set copied
+  elsewhere (its times changed) keeps its cache. Hashing is one sequential read (~1.5 GB/s
+  here, ~0.1 s for 10 M chunks), far cheaper than parsing.
 - **Its own files** are checked too: each array's SHA-256 and size, and the text's, are in
   ``meta.json`` (written last); a truncated, edited or half-written cache is rebuilt.
 - It carries a version (:data:`CACHE_VERSION`): one written by another layout or loader is
@@ -64,19 +65,13 @@ def file_sha256(path: Path) -> str:
 
 
 def files_key(paths: list[Path]) -> list[dict[str, Any]]:
-    """The key of a trace set's request files: name, size, mtime and SHA-256 of each."""
-    key = []
-    for path in paths:
-        st = path.stat()
-        key.append(
-            {
-                "name": path.name,
-                "bytes": st.st_size,
-                "mtime_ns": st.st_mtime_ns,
-                "sha256": file_sha256(path),
-            }
-        )
-    return key
+    """The key of a trace set's request files: the name, size and SHA-256 of each. What the
+    files hold, not when they were touched: a trace set copied elsewhere keeps its cache."""
+    return [{"name": p.name, "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in paths]
+
+
+def cache_bytes(place: Path) -> int:
+    return sum(p.stat().st_size for p in place.iterdir() if p.is_file())
 
 
 def user_cache_dir() -> Path:

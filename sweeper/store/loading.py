@@ -33,8 +33,10 @@ from sweeper.errors import TraceError
 from sweeper.schema import SERVER_LOG_FILE, MetricSample, RequestTrace, RunManifest
 from sweeper.store import memory
 from sweeper.store.cache import (
+    CACHE_DIR,
     Cached,
     CacheReport,
+    cache_bytes,
     cache_enabled,
     files_key,
     meta_of,
@@ -452,11 +454,20 @@ def compact_trace_set(folder: Path | str) -> list[Compacted]:
     the reader reads with the compacted ones (and the cache, no longer matching, is rebuilt)."""
     folder = Path(folder)
     written = compact_files(folder)
-    if cache_enabled():
-        files = requests_files(folder)
+    files = requests_files(folder)
+    if not files:
+        remove_caches(folder)
+    elif cache_enabled():
         report = CacheReport()
-        if files:
-            _load_columns(folder, files, write=True, report=report)
-        else:
-            remove_caches(folder)
+        cached = _load_columns(folder, files, write=True, report=report)
+        if report.written is not None:
+            cols = cached.columns
+            written.append(
+                Compacted(
+                    f"{CACHE_DIR}/",
+                    sum(p.stat().st_size for p in files),
+                    cache_bytes(report.written),
+                    (f"columnar cache of {len(cols):,} requests, {cols.chunks:,} chunks",),
+                )
+            )
     return written

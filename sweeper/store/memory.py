@@ -119,4 +119,7 @@ def columns_need(size: Size, *, parse: bool) -> int:
 
 
 def gib(n: float) -> str:
-    return f"{n / (1 << 30):,.1f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):,.0f} MiB"
+    """``2.1 GiB``, ``310 MiB``, ``12 KiB``."""
+    if n >= 1 << 28:
+        return f"{n / (1 << 30):,.1f} GiB"
+    return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n / 1024:,.0f} KiB"
