@@ -838,7 +838,8 @@ def _level_row(
     for metric in ("ttft_ms", "tpot_ms", "e2el_ms"):
         for stat, value in stats(ok[metric].to_numpy(dtype=float)).items():
             row[latency_column(metric, stat)] = value
-    for stat, value in stats(itl_ms).items():
+    itl_stats = stats(itl_ms)
+    for stat, value in itl_stats.items():
         row[latency_column("itl_ms", stat)] = value
     row["gaps"] = int(itl_ms.size)
     row["multi_token_gap_share"] = float((gap_tokens > 1).mean()) if gap_tokens.size else _NAN
@@ -847,10 +848,10 @@ def _level_row(
     tokens = np.maximum(np.nan_to_num(gap_tokens.astype(float), nan=1.0), 1.0)
     row["tokens_per_chunk_mean"] = float(tokens.mean()) if tokens.size else _NAN
     if tokens.size and bool((tokens == 1.0).all()):
-        per_token = itl_ms  # x / 1 is x: the same numbers, without a copy of every gap
+        per_token = itl_stats  # x / 1 is x: the same numbers, so the same statistics
     else:
-        per_token = np.repeat(itl_ms / tokens, tokens.astype(int))
-    for stat, value in stats(per_token).items():
+        per_token = stats(np.repeat(itl_ms / tokens, tokens.astype(int)))
+    for stat, value in per_token.items():
         row[latency_column("token_itl_ms", stat)] = value
     for speed in ("decode", "gen"):
         s = stats(ok[f"{speed}_tok_s"].to_numpy(dtype=float))
