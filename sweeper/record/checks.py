@@ -13,6 +13,7 @@ from sweeper.record.config import SEND_LATE_P99_MS
 from sweeper.record.datasets import Dataset
 from sweeper.record.progress import LevelStats, percentile
 from sweeper.record.prompts import PromptSource
+from sweeper.record.stamps import StampStats
 from sweeper.record.workload import PromptBuilder, level_name
 from sweeper.schema import LoopLag, RunManifest, StampCheck, fact_value
 from sweeper.units import NS_PER_MS
@@ -64,10 +65,13 @@ def self_check(
     warn: Warn,
     *,
     scrape_interval_s: float | None = None,
+    reads: StampStats | None = None,
 ) -> None:
     """Store the level's loop lag and stamp check; warn where the chunk times may be off, by the
     rules the ``client_health`` finding applies (:class:`sweeper.analysis.thresholds.Thresholds`). With
-    kernel receive times the loop's lag does not reach the stamps, only merged chunks do."""
+    kernel receive times the loop's lag does not reach the stamps, only merged chunks do. With
+    the level's ``reads`` the warning names the part that lagged (send, read or parse:
+    :meth:`StampStats.lagged_part`), so a user knows whether more ``--workers`` would help."""
     concurrency = stats.concurrency
     where = level_name(manifest.workload, concurrency, long=True)
     client = manifest.client
@@ -95,6 +99,7 @@ def self_check(
                 f"(p99, max {stamps.read_delay_max_ms:.1f} ms): ITL there may be off by up to "
                 f"that much (fewer streams per process, more --workers{scrapes}, or a less "
                 "loaded machine would help)"
+                + (f"; {reads.lagged_part(stamps.read_delay_p99_ms)[1]}" if reads else "")
             )
     elif lag is not None and th.loop_lag_distorts(lag.p99_ms, stats.itl_p50_ms()):
         warn(
@@ -102,6 +107,7 @@ def self_check(
             f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
             "by up to that much (this process or the machine was busy: fewer streams per "
             f"process{scrapes}, or a less loaded machine, would help)"
+            + (f"; {reads.lagged_part(lag.p99_ms)[1]}" if reads else "")
         )
 
 

@@ -82,6 +82,9 @@ class RequestSpec:
     asked_output_tokens: int | None = None
     keep_text: bool = False  # collect the answer's text (multi-turn history)
     answer: str | None = None  # the answer's text, when keep_text (set once sent)
+    # When the recorder read the answer's last bytes, ns after send (set once sent; not
+    # recorded: the self-check's send gap starts there).
+    read_end_ns: int | None = None
 
 
 @dataclass
@@ -135,6 +138,7 @@ class _Stream:
     bytes_seen: bool = False
     done: bool = False
     end_ns: int | None = None
+    read_ns: int | None = None  # when the last read returned (ns after send)
     server_timing: dict[str, float] | None = None
 
 
@@ -249,6 +253,7 @@ async def _stream_request(
             error = RequestError(kind="other", message=_clip(describe_exception(exc)))
         # A good stream ends at its last byte; a failed one when the failure was seen.
         end_ns = state.end_ns if error is None and state.end_ns is not None else clock() - send_ns
+        spec.read_end_ns = state.read_ns if error is None and state.read_ns is not None else end_ns
         usage = reader.usage or {}
         if spec.keep_text:
             spec.answer = "".join(reader.text)
@@ -305,7 +310,7 @@ async def _exchange(
         async for raw in stream:
             now = clock() - send_ns
             state.bytes_seen = True
-            state.end_ns = now
+            state.end_ns = state.read_ns = now
             chunks = len(state.chunk_ns)
             done = _handle(parser.feed(raw), state, reader, now)
             stamps.add_read(None, len(state.chunk_ns) - chunks)
@@ -344,7 +349,9 @@ async def _read_raw(
         state.end_ns = now
         chunks = len(state.chunk_ns)
         ended = _handle(parser.feed(data), state, reader, now)
-        stamps.add_read(age_ns, len(state.chunk_ns) - chunks)
+        read_ns = arrival_ns + (age_ns or 0)  # when the read returned (the kernel's: its age)
+        state.read_ns = read_ns - send_ns
+        stamps.add_read(age_ns, len(state.chunk_ns) - chunks, clock() - read_ns, read_ns)
         return ended
 
     await response.consume(on_piece, DRAIN_AFTER_DONE_S)
@@ -372,12 +379,12 @@ def _handle(events: list[Any], state: _Stream, reader: ChunkReader, now: int) ->
             return True
         if event.event == "error":
             raise StreamServerError(data[:MAX_ERROR_MESSAGE_CHARS])
-        info = reader.read(data)
-        if info.tokens > 0:
+        tokens, _, _, timing = reader.parse(data)
+        if tokens > 0:
             state.chunk_ns.append(now)
-            state.chunk_tokens.append(info.tokens)
-        if info.server_timing:
-            state.server_timing = info.server_timing
+            state.chunk_tokens.append(tokens)
+        if timing:
+            state.server_timing = timing
     return False
 
 

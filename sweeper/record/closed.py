@@ -31,9 +31,12 @@ async def closed_loop(
     send: Send,
     settle: Callable[[RequestTrace], bool],
     go: Callable[[], bool] | None = None,
+    on_gap: Callable[[int], None] | None = None,
 ) -> None:
     """Send ``specs`` in order over ``streams`` streams. ``settle`` takes each ended request
-    (write it, count it) and returns False to stop sending; ``go`` is asked before each send."""
+    (write it, count it) and returns False to stop sending; ``go`` is asked before each send;
+    ``on_gap`` gets each stream's *send gap*: from the recorder reading a request's last bytes
+    to its next request's send (ns)."""
     queue = list(reversed(specs))
 
     async def stream() -> None:
@@ -47,9 +50,15 @@ async def closed_loop(
                     queue.clear()  # stop sending
 
         try:
+            last_read: int | None = None
             while queue and (go is None or go()):
-                trace = await send(queue.pop(), flush)
+                spec = queue.pop()
+                trace = await send(spec, flush)
                 flush()  # (already done when the request got sent)
+                if on_gap is not None and last_read is not None:
+                    on_gap(trace.send_ns - last_read)
+                if spec.read_end_ns is not None:
+                    last_read = trace.send_ns + spec.read_end_ns
                 pending = trace
                 if trace.status != "ok":
                     flush()

@@ -186,7 +186,7 @@ async def _run_level(sweep: Sweep, level: LevelStatus, pool: WorkerPool | None =
     scrape_interval = config.scrape_interval_s if run.scraping else None
     self_check(
         manifest, stats, sent.lag, sent.stamps.summary(key), run.warn,
-        scrape_interval_s=scrape_interval,
+        scrape_interval_s=scrape_interval, reads=sent.stamps,
     )  # fmt: skip
     check_schedule(manifest, key, sent.late_ns, run.warn)
     check_lengths(manifest, stats, run.warn)
@@ -406,7 +406,7 @@ async def _stream_level(
         run.writer.append_request(trace)
         return take(trace)
 
-    await closed_loop(specs, streams, send, settle)
+    await closed_loop(specs, streams, send, settle, on_gap=stamps.add_gap)
 
 
 def _warmup_count(workload: Workload, concurrency: int) -> int:

@@ -43,7 +43,7 @@ from sweeper.record.http import RawClient
 from sweeper.record.lag import LagMonitor
 from sweeper.record.schedule import send_on_schedule
 from sweeper.record.sessions import closed_conversations, conversations, open_conversations
-from sweeper.record.stamps import StampStats
+from sweeper.record.stamps import StampState, StampStats
 from sweeper.redact import Redactor
 from sweeper.schema import RequestTrace
 from sweeper.store import TraceSetWriter
@@ -92,9 +92,7 @@ class LevelJob:
 @dataclass
 class LevelResult:
     lag_ms: list[float] = field(default_factory=list)
-    stamps: list[tuple[int, int, int, int, bytes]] = field(
-        default_factory=list
-    )  # StampStats.state()
+    stamps: list[StampState] = field(default_factory=list)
     late_ns: list[int] = field(default_factory=list)  # open loop: starts after the due time
 
 
@@ -327,7 +325,7 @@ async def _worker_loop(
 
             if isinstance(client, RawClient) and not job.open_loop and job.think_ms is None:
                 await client.prepare(job.url, min(job.streams, len(job.specs)))
-            late = await _run_job(job, send, settle, settings.origin_ns, stop)
+            late = await _run_job(job, send, settle, settings.origin_ns, stop, stamps)
             lag.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await lag_task
@@ -344,6 +342,7 @@ async def _run_job(
     settle: Callable[[RequestTrace], bool],
     origin_ns: int,
     stop: Any,
+    stamps: StampStats,
 ) -> list[int]:
     """A job's requests, as the parent asked; the open loop's start lateness (ns)."""
 
@@ -372,7 +371,9 @@ async def _run_job(
             job.specs, send_one, origin_ns=origin_ns, clock=clock, cap=job.cap
         )
     # The job's specs over its streams, each stream sending its next when the last one ends.
-    await closed_loop(job.specs, job.streams, send, settle, go=lambda: not stop.is_set())
+    await closed_loop(
+        job.specs, job.streams, send, settle, go=lambda: not stop.is_set(), on_gap=stamps.add_gap
+    )
     return []
 
 
