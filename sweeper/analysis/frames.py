@@ -23,8 +23,12 @@ from the tool's own numbers (``manifest.source.summaries``); ``send_times="recon
 the tool never said when requests were sent, so a level's duration (and the throughputs) come
 from the tool's summary too. The column ``basis`` of the level frame says which.
 
-Everything is computed with numpy over flat arrays; a 1,332-request sweep with 256 chunks per
-request takes a few tens of milliseconds (``benchmarks/metrics_bench.py``).
+Everything is computed with numpy over flat arrays read from the trace set's columns
+(:class:`~sweeper.store.RequestColumns`: no Python object per chunk), and :func:`level_frame`
+reads one level's gaps at a time instead of the whole run's gap frame: 10 M chunks summarize in
+~1-2 s and under 400 MB (``benchmarks/trace_scale.py``, docs/trace-schema.md).
+:func:`requests_to_frame` and :func:`traces_to_gap_frame` make the same frames from request
+objects.
 """
 
 from __future__ import annotations
