@@ -96,7 +96,8 @@ def attr_json(text: str) -> str:
 
 # Decimals kept per kind of number in a chart's data, by the column's name (what the number
 # means: latencies in ms to 0.01 ms, times in s to 0.1 ms, rates to 0.01 a second); anything
-# else keeps 6 significant digits. A tooltip shows at most one decimal of any of them.
+# else to 0.01 (below 1: 4 significant digits, a share shown as 12.3%). A tooltip shows at most
+# one decimal of any of them.
 _DECIMALS = (("_ms", 2), ("tok_s", 2), ("_rps", 2), ("rps", 2), ("_per_slot", 2), ("_s", 4))
 
 
@@ -107,8 +108,8 @@ def _round(key: str, value: float) -> float | int:
         if key.endswith(suffix):
             value = round(value, digits)
             break
-    else:
-        value = float(f"{value:.6g}")
+    else:  # counts and sizes to 0.01, shares and ratios below 1 to 4 significant digits
+        value = round(value, 2) if abs(value) >= 1 else float(f"{value:.4g}")
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 
@@ -150,12 +151,32 @@ class PageData:
         return _renamed(spec, names)
 
     def html(self) -> str:
+        """The page's datasets, each as columns and rows (:func:`columnar`): the names of the
+        fields are written once a dataset, not once a row."""
         if not self.datasets:
             return ""
-        return (
-            '<div class="sweeper-datasets" hidden '
-            f"data-datasets='{attr_json(_json(self.datasets))}'></div>"
-        )
+        data = {name: columnar(rows) for name, rows in self.datasets.items()}
+        return f"<div class=\"sweeper-datasets\" hidden data-datasets='{attr_json(_json(data))}'></div>"
+
+
+def columnar(rows: list[Any]) -> Any:
+    """``[{"a": 1, "b": 2}, {"a": 3, "b": 4}]`` as ``{"columns": ["a", "b"], "rows": [[1, 2],
+    [3, 4]]}`` when every row has the same fields (else the rows as they are);
+    :func:`expand_dataset` (and the site's script) turns it back."""
+    if not rows or not all(isinstance(row, dict) for row in rows):
+        return rows
+    columns = list(rows[0])
+    if any(list(row) != columns for row in rows):
+        return rows
+    return {"columns": columns, "rows": [list(row.values()) for row in rows]}
+
+
+def expand_dataset(data: Any) -> list[Any]:
+    """A dataset of a page's data block as rows (the inverse of :func:`columnar`)."""
+    if isinstance(data, dict) and isinstance(data.get("columns"), list):
+        columns = data["columns"]
+        return [dict(zip(columns, row, strict=True)) for row in data.get("rows") or []]
+    return data if isinstance(data, list) else []
 
 
 def _renamed(value: Any, names: Mapping[str, str]) -> Any:

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from typing import Any
 
+from sweeper.report.markup import expand_dataset
+
 __all__ = ["DEFECT_KINDS", "page_defects"]
 
 DEFECT_KINDS = (
@@ -272,7 +274,7 @@ def _chart_words(spec: Any, shown: bool = False) -> Iterator[str]:
         for key, value in spec.items():
             if key == "datasets" and isinstance(value, dict):
                 for rows in value.values():
-                    yield from _dataset_words(rows)
+                    yield from _dataset_words(expand_dataset(rows))
             elif key not in ("$schema", "field", "format", "name", "type"):
                 yield from _chart_words(value, shown or key in _SHOWN_KEYS)
     elif isinstance(spec, list):

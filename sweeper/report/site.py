@@ -28,9 +28,12 @@ from __future__ import annotations
 import hashlib
 import html
 import logging
+import multiprocessing as mp
+import os
 import pickle
 import re
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -195,21 +198,82 @@ def _write_cached(path: Path, entry: RunEntry) -> None:
         pickle.dump(_slim(entry), fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def load_entry(folder: Path, cache_dir: Path | None = None) -> RunEntry:
-    """Read one trace set and render its pages; a failure becomes an entry with the error."""
-    key = folder.resolve()
+def _lookup(folder: Path, cache_dir: Path | None) -> tuple[str, Path | None, RunEntry | None]:
+    """(fingerprint, the entry's file in the page cache, the cached entry or None)."""
     fingerprint = _fingerprint(folder)
-    cached = _CACHE.get(key)
+    cached = _CACHE.get(folder.resolve())
     if cached is not None and cached[0] == fingerprint:
-        return cached[1]
+        return fingerprint, None, cached[1]
     disk = cache_dir / f"{folder.name}.{fingerprint[:20]}.pickle" if cache_dir is not None else None
     entry = _read_cached(disk) if disk is not None and disk.exists() else None
-    if entry is None:
-        entry = _render_entry(folder)
-        if disk is not None and entry.run is not None:
-            _write_cached(disk, entry)
-    _CACHE[key] = (fingerprint, entry)
-    return entry
+    return fingerprint, disk, entry
+
+
+def _keep(folder: Path, fingerprint: str, disk: Path | None, entry: RunEntry) -> RunEntry:
+    """A rendered entry into the caches: on disk, and in memory without its requests (the
+    index, the comparisons and a strict build's problems need only the slim entry)."""
+    if disk is not None and entry.run is not None:
+        _write_cached(disk, entry)
+    slim = _slim(entry)
+    _CACHE[folder.resolve()] = (fingerprint, slim)
+    return slim
+
+
+def load_entry(folder: Path, cache_dir: Path | None = None) -> RunEntry:
+    """Read one trace set and render its pages; a failure becomes an entry with the error."""
+    fingerprint, disk, entry = _lookup(folder, cache_dir)
+    if entry is not None:
+        _CACHE[folder.resolve()] = (fingerprint, entry)
+        return entry
+    return _keep(folder, fingerprint, disk, _render_entry(folder))
+
+
+# Trace sets rendered in worker processes when this many or more need rendering (a cold build):
+# each process renders whole runs, so the pages are the same as in one process.
+PARALLEL_FROM = 4
+MAX_JOBS = 4
+
+
+def render_jobs() -> int:
+    """How many processes render pages: ``$SWEEPER_JOBS``, else the CPUs (at most 4)."""
+    given = os.environ.get("SWEEPER_JOBS", "").strip()
+    if given:
+        try:
+            jobs = int(given)
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            raise SweeperError(
+                f"SWEEPER_JOBS={given!r}: give the number of processes that render pages "
+                "(1 renders them in the build's own process)"
+            )
+        return jobs
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS))
+
+
+def _render_slim(folder: Path) -> RunEntry:
+    return _slim(_render_entry(folder))
+
+
+def _render_all(folders: list[Path], cache_dir: Path | None) -> None:
+    """Render the trace sets no cache holds, in ``render_jobs()`` processes when there are
+    enough of them (forked: the modules are already imported)."""
+    todo = []
+    for folder in folders:
+        fingerprint, disk, entry = _lookup(folder, cache_dir)
+        if entry is None:
+            todo.append((folder, fingerprint, disk))
+        else:
+            _CACHE[folder.resolve()] = (fingerprint, entry)
+    jobs = min(render_jobs(), len(todo))
+    if jobs < 2 or len(todo) < PARALLEL_FROM or "fork" not in mp.get_all_start_methods():
+        for folder, fingerprint, disk in todo:
+            _keep(folder, fingerprint, disk, _render_entry(folder))
+        return
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        entries = pool.map(_render_slim, [f for f, _, _ in todo], chunksize=1)
+        for (folder, fingerprint, disk), entry in zip(todo, entries, strict=True):
+            _keep(folder, fingerprint, disk, entry)
 
 
 def _render_entry(folder: Path) -> RunEntry:
@@ -238,6 +302,7 @@ def load_entries(traces_dir: Path, cache_dir: Path | None = None) -> list[RunEnt
 
 def _load_entries(folders: list[Path], cache_dir: Path | None) -> list[RunEntry]:
     refused = duplicate_run_ids(folders)  # a second folder of one run id: left out, both named
+    _render_all([f for f in folders if f not in refused], cache_dir)
     return [
         RunEntry(f, error=refused[f]) if f in refused else load_entry(f, cache_dir) for f in folders
     ]

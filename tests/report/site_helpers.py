@@ -189,10 +189,12 @@ def page_specs(page: str) -> list[dict[str, Any]]:
         )
         for m in _CHART_ATTR.finditer(page)
     ]
+    from sweeper.report.markup import expand_dataset
+
     datasets: dict[str, Any] = {}
     for kind, value in found:
         if kind == "datasets":
-            datasets.update(value)
+            datasets.update({name: expand_dataset(rows) for name, rows in value.items()})
     specs = []
     for kind, spec in found:
         if kind != "spec":

@@ -17,7 +17,7 @@ from sweeper.report import site
 from sweeper.report.markup import chart_html, esc
 from sweeper.report.pages import RunReport, render_run_page
 from sweeper.report.run_report import collect_run
-from sweeper.store import discover_trace_sets, load_trace_set
+from sweeper.store import TraceSet, discover_trace_sets, load_trace_set
 from tests.report.site_helpers import (
     BROKEN,
     MARKDOWN_MODEL,
@@ -234,7 +234,12 @@ def test_recorded_warnings_say_on_a_chinese_page_that_they_are_english(run_a) ->
     manifest = run_a.ts.manifest.model_copy(
         update={"warnings": ["the recorder read late at concurrency 4"]}
     )
-    warned = dataclasses.replace(run_a, ts=dataclasses.replace(run_a.ts, manifest=manifest))
+    ts = run_a.ts
+    warned = dataclasses.replace(
+        run_a,
+        ts=TraceSet(path=ts.path, manifest=manifest, requests=ts.requests, problems=ts.problems),
+        chart_specs={},
+    )
     zh, en = render_run_page(warned, "zh"), render_run_page(warned, "en")
     assert "### 警告" in zh and "- the recorder read late at concurrency 4" in zh
     assert "以下是录制端或导入工具记下的原文（英文）" in zh

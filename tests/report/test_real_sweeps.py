@@ -28,7 +28,9 @@ from tests.report.site_helpers import ROOT, copy_project_site, mkdocs_build
 
 pytestmark = pytest.mark.slow
 
-GENERATED = ("runs", "compare")
+GENERATED = ("runs", "compare", "groups")
+# The most a run page may weigh as MkDocs builds it (HTML; its charts' data is inline, once).
+MAX_RUN_PAGE_KIB = 100
 
 
 def real_sweeps() -> list[tuple[str, Path]]:
@@ -156,3 +158,29 @@ def test_the_hard_runs_are_published_and_say_what_happened(real_site: Path) -> N
     assert "这次运行未完成" in cut and "--resume --run-id interrupted" in cut.replace("&#45;", "-")
     paused = (real_site / "runs" / "paused" / "index.html").read_text()
     assert "C=1 stood still for 60 s" in paused
+
+
+def test_every_run_page_weighs_at_most_100_kib(real_site: Path, real_traces: Path) -> None:
+    """Every run page of the sample runs, the hard runs and the real sweeps (a 6-level AIPerf
+    sweep of ../shared/data/peers among them), in both languages, as MkDocs built it."""
+    runs = {folder.name for folder in discover_trace_sets(real_traces)}
+    pages = [
+        page
+        for lang_root in (real_site, real_site / "zh")
+        for page in sorted((lang_root / "runs").glob("*/index.html"))
+        if page.parent.name in runs
+    ]
+    assert {p.parent.name for p in pages} == runs
+    six_levels = [
+        folder.name
+        for kind, folder in real_sweeps()
+        if kind.startswith("aiperf")
+        and folder.parent == PEERS
+        and len(summarize(load_trace_set(real_traces / folder.name))["levels"]) >= 6
+    ]
+    assert six_levels, "no AIPerf sweep of 6 levels or more under the peers"
+    weights = {str(p.relative_to(real_site)): p.stat().st_size / 1024 for p in pages}
+    heavy = {page: f"{kib:.1f} KiB" for page, kib in weights.items() if kib > MAX_RUN_PAGE_KIB}
+    assert heavy == {}, heavy
+    for name in six_levels:
+        assert f"runs/{name}/index.html" in weights and f"zh/runs/{name}/index.html" in weights

@@ -165,7 +165,10 @@ def test_language_switch_lands_on_the_same_page(browser: Browser) -> None:
 def test_charts_and_language_switch_survive_instant_navigation(browser: Browser) -> None:
     browser.open(f"runs/{RUN_A}/")
     browser.page.evaluate("window.__sweeperMarker = 1")  # gone if the next page is a full load
-    browser.page.locator(f"nav a[href*='{RUN_B}']").first.click()
+    # The navigation lists the groups, not every run: through a group's page to the run.
+    browser.page.locator("nav a[href*='groups/']").first.click()
+    browser.page.wait_for_url("**/groups/**")
+    browser.page.locator(f"article a[href*='{RUN_B}/']").first.click()
     browser.page.wait_for_url(f"**/runs/{RUN_B}/")
     browser.wait_for_charts(at_least=6)
     assert browser.page.evaluate("window.__sweeperMarker") == 1, "the navigation was not instant"
@@ -267,4 +270,44 @@ def test_a_study_page_draws_its_charts_and_links_its_runs(browser: Browser, pref
     browser.page.locator(f"article a[href*='{STUDY}/']").first.click()
     browser.page.wait_for_url(f"**/{prefix}runs/{STUDY}/")
     browser.wait_for_charts(at_least=2)
+    _clean(browser)
+
+
+@pytest.mark.parametrize("prefix", ["", "zh/"])
+def test_the_runs_index_sorts_and_filters_by_column(browser: Browser, prefix: str) -> None:
+    """A menu keeps the rows of one model (a group left with none is hidden with its heading);
+    a click on Peak tok/s sorts every group's rows by it, a second click the other way."""
+    browser.open(f"{prefix}runs/")
+    rows = browser.page.locator("article table tbody tr")
+    total = rows.count()
+
+    def visible(column: int) -> list[str]:
+        return browser.page.evaluate(
+            """(column) => [...document.querySelectorAll('article table tbody tr')]
+                 .filter(r => r.style.display !== 'none')
+                 .map(r => r.children[column].innerText.trim())""",
+            column,
+        )
+
+    browser.page.select_option("select[data-sweeper-facet='model']", "tiny")
+    assert visible(1) and set(visible(1)) == {"tiny"} and len(visible(1)) < total
+    hidden_groups = browser.page.evaluate(
+        "[...document.querySelectorAll('h2.sweeper-group')].filter(h => h.style.display === 'none').length"
+    )
+    assert hidden_groups >= 1
+    browser.page.select_option("select[data-sweeper-facet='model']", "")
+    assert len(visible(0)) == total
+
+    def peaks() -> list[list[float]]:
+        return browser.page.evaluate(
+            """() => [...document.querySelectorAll('article table')]
+                 .filter(t => t.querySelector('[data-sweeper-sort]'))
+                 .map(t => [...t.querySelectorAll('tbody tr')].map(r =>
+                      parseFloat(r.children[5].querySelector('[data-sort]').dataset.sort)))"""
+        )
+
+    browser.page.locator("[data-sweeper-sort='peak']").first.click()
+    assert all(group == sorted(group, reverse=True) for group in peaks())
+    browser.page.locator("[data-sweeper-sort='peak']").first.click()
+    assert all(group == sorted(group) for group in peaks())
     _clean(browser)

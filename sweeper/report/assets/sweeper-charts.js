@@ -22,10 +22,20 @@
     Array.prototype.forEach.call(document.querySelectorAll("div.sweeper-datasets[data-datasets]"), function (element) {
       try {
         var sets = JSON.parse(element.getAttribute("data-datasets"));
-        Object.keys(sets).forEach(function (name) { all[name] = sets[name]; });
+        Object.keys(sets).forEach(function (name) { all[name] = expand(sets[name]); });
       } catch (e) { /* a chart that needs it says so when drawn */ }
     });
     return all;
+  }
+  /* A dataset written as {"columns": [...], "rows": [[...], ...]} (sweeper.report.markup.columnar)
+   * back into rows of fields. */
+  function expand(data) {
+    if (!data || Array.isArray(data) || !Array.isArray(data.columns)) return data;
+    return (data.rows || []).map(function (row) {
+      var item = {};
+      data.columns.forEach(function (column, i) { item[column] = row[i]; });
+      return item;
+    });
   }
   function namesIn(value, found) {
     if (Array.isArray(value)) {

@@ -1,0 +1,171 @@
+"""A site for many runs: charts drawn once for both languages, one dataset block per run page
+with its numbers rounded, the shared chart config in the site's script, pages rendered in worker
+processes, the runs index grouped by model and GPU (sortable, filterable) and a navigation that
+lists the groups, not every run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sweeper.report import charts, site
+from sweeper.report.markup import PageData, esc, round_rows
+from sweeper.report.mkdocs_plugin import ASSETS_DIR, CHART_SCRIPT
+from sweeper.report.pagecheck import page_defects
+from sweeper.report.pages import render_run_page
+from sweeper.report.run_report import collect_run
+from sweeper.store import discover_trace_sets, load_trace_set
+from sweeper.testing.factories import SyntheticLevel, write_synthetic_run
+from tests.findings.openloop import write_rate_run
+from tests.report.site_helpers import ROOT, page_specs, without_charts
+
+SAMPLES = sorted(discover_trace_sets(ROOT / "traces"))
+
+
+@pytest.mark.parametrize("folder", SAMPLES, ids=lambda p: p.name)
+def test_a_chart_drawn_once_for_both_languages_gives_the_same_pages(folder: Path) -> None:
+    """Drawn once with placeholders for its words and given each language's words after, a
+    page is the page drawn in that language from the start (a rate run's level names differ
+    between the languages: its charts are drawn again where their data differs)."""
+    run = collect_run(load_trace_set(folder))
+    for lang in ("en", "zh"):
+        assert render_run_page(run, lang) == render_run_page(run, lang, shared=False), lang
+    assert run.chart_specs  # the shared specs were used
+
+
+def test_a_rate_run_in_both_languages_is_the_same_shared_or_not(tmp_path: Path) -> None:
+    run = collect_run(load_trace_set(write_rate_run(tmp_path, "rate", [2.0, 8.0, float("inf")])))
+    for lang in ("en", "zh"):
+        assert render_run_page(run, lang) == render_run_page(run, lang, shared=False), lang
+
+
+def test_a_run_page_holds_its_data_once_and_compact_specs() -> None:
+    run = collect_run(load_trace_set(ROOT / "traces" / "small-vllm-cpu-default"))
+    page = render_run_page(run, "en")
+    assert page.count('class="sweeper-datasets"') == 1
+    raw = re.findall(r"data-spec='([^']*)'", page)
+    assert len(raw) == len(page_specs(page)) >= 6
+    assert all("$schema" not in spec and '"config"' not in spec for spec in raw)
+    assert "datasets" not in "".join(raw)
+    # 15-digit floats are gone: latencies to 0.01 ms, times to 0.1 ms, shares to 6 digits
+    data = re.search(r"data-datasets='([^']*)'", page)
+    assert data is not None
+    numbers = re.findall(r"(?<![\w.])-?\d+\.\d+", data.group(1))
+    assert numbers and all(len(n.lstrip("-0.").replace(".", "")) <= 6 for n in numbers)
+    # completed as the site's script completes them, every spec names data it has
+    for spec in page_specs(page):
+        assert spec["config"] == charts.SHARED_CONFIG and spec["datasets"]
+
+
+def test_the_site_script_carries_the_shared_config() -> None:
+    script = (ASSETS_DIR / CHART_SCRIPT).read_text()
+    line = re.search(r"var SHARED_CONFIG = (\{.*\});", script)
+    assert line is not None and json.loads(line.group(1)) == charts.SHARED_CONFIG
+
+
+def test_numbers_are_rounded_to_what_they_mean() -> None:
+    rows = round_rows(
+        [
+            {
+                "ttft_ms": 38.123456789,
+                "from_s": 1.23456789,
+                "output_throughput_tok_s": 78.72199757068836,
+                "efficiency": 0.987654321,
+                "concurrency": 4,
+                "series": "p50",
+                "whole": 500.0,
+                "needed_tokens": 123456.789,
+            }
+        ]
+    )
+    assert rows == [
+        {
+            "ttft_ms": 38.12,
+            "from_s": 1.2346,
+            "output_throughput_tok_s": 78.72,
+            "efficiency": 0.9877,
+            "concurrency": 4,
+            "series": "p50",
+            "whole": 500,
+            "needed_tokens": 123456.79,
+        }
+    ]
+
+
+def test_identical_datasets_are_kept_once_per_page() -> None:
+    data = PageData()
+    rows = [{"slo_ms": 500.0}]
+    first = data.compact({"data": {"name": "a"}, "datasets": {"a": rows}})
+    second = data.compact({"layer": [{"data": {"name": "b"}}], "datasets": {"b": list(rows)}})
+    assert first["data"]["name"] == second["layer"][0]["data"]["name"] == "d1"
+    assert data.datasets == {"d1": [{"slo_ms": 500}]}
+
+
+def _runs(root: Path) -> Path:
+    """Six runs on two models and two GPUs, one of them with a hostile model and GPU name."""
+    hostile = "<img src=x onerror=alert(1)>"
+    for i in range(6):
+        folder = write_synthetic_run(
+            root,
+            f"run-{i}",
+            [SyntheticLevel(1, 30 + i, 10), SyntheticLevel(4, 50 + i, 12)],
+            output_len=16,
+            labels={"team": f"t{i % 2}"},
+            seed=i,
+        )
+        manifest = folder / "manifest.json"
+        data = json.loads(manifest.read_text())
+        data["model"]["name"] = hostile if i == 5 else f"model-{i % 2}"
+        data["hardware"]["gpu_name"] = {"value": "H100" if i < 3 else "A10G", "source": "user"}
+        manifest.write_text(json.dumps(data))
+    return root
+
+
+def test_the_index_groups_runs_by_model_and_gpu_with_sorting_and_filters(tmp_path: Path) -> None:
+    pages = site.generate_pages(_runs(tmp_path))
+    for lang in ("en", "zh"):
+        index = pages[site.page_path("runs/index.md", lang)]
+        assert page_defects(index) == []
+        assert "<img" not in without_charts(index)  # the hostile name is text
+        groups = re.findall(r"^## .* \{ \.sweeper-group #[a-z0-9-]+ \}$", index, re.M)
+        assert len(groups) == 5  # (model-0, H100), (model-1, H100), (model-0, A10G), ...
+        for key in ("date", "peak", "recommended"):
+            assert f'data-sweeper-sort="{key}"' in index
+        for facet in ("model", "gpu", "engine"):
+            assert f'<select data-sweeper-facet="{facet}"' in index
+        assert f'<option value="{esc("<img src=x onerror=alert(1)>")}">' in index
+        assert index.count("](run-") == 6  # every run once
+    nav = site.generated_nav(pages)
+    assert nav[0] == "runs/index.md"
+    assert not any(re.fullmatch(r"runs/run-\d/index\.md", p) for p in nav)
+    group_pages = [p for p in nav if p.startswith("groups/")]
+    assert len(group_pages) == 5
+    for path in group_pages:
+        for lang in ("en", "zh"):
+            page = pages[site.page_path(path, lang)]
+            assert page_defects(page) == [] and "../../runs/run-" in page
+
+
+def test_pages_rendered_in_worker_processes_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = _runs(tmp_path / "traces")
+    monkeypatch.setenv("SWEEPER_JOBS", "1")
+    site._CACHE.clear()
+    site._LAST.clear()
+    serial = site.generate_pages(traces)
+    monkeypatch.setenv("SWEEPER_JOBS", "2")
+    site._CACHE.clear()
+    site._LAST.clear()
+    parallel = site.generate_pages(traces, tmp_path / "cache")
+    assert parallel == serial
+    assert len(list((tmp_path / "cache").glob("*.pickle"))) == 6
+
+
+def test_a_bad_jobs_count_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEPER_JOBS", "many")
+    with pytest.raises(site.SweeperError, match=r"SWEEPER_JOBS='many'.*number of processes"):
+        site.render_jobs()
