@@ -20,11 +20,14 @@ the work they do inside ``mkdocs build`` is done here beforehand, in a work fold
   same addresses as the MkDocs site, and one search index per language;
 - a small script (``sweeper-zensical.js``, loaded before the chart script) makes the language
   links land on the same page in the other language: the chart script reads the site root from
-  the page, which here is the root of the page's language.
+  the page, which here is the root of the page's language;
+- each notebook of the docs is executed and converted to a Markdown page with its outputs
+  (what mkdocs-jupyter does inside ``mkdocs build``), cached in ``.cache/sweeper/notebooks/``.
 
-What this does not do (Zensical 0.0.x has no equivalent; see docs/site.md): the notebook page
-(mkdocs-jupyter), mike's version selector, the ``--strict`` checks of the sweeper plugin (a
-trace set left out of the site is reported by :func:`build` instead: ``BuildResult.problems``).
+What this does not do (Zensical 0.0.x has no equivalent; see docs/site.md): mike's version
+selector, ``zensical serve`` regenerating the pages when a trace set lands. The ``--strict``
+checks of the sweeper plugin are :func:`build`'s own (``strict=True``: a trace set left out of
+the site, a notebook that fails), with ``zensical build --strict`` for the links.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,9 @@ SITE_MARKER = ".sweeper-zensical"
 # The plugins Zensical does not have: their work is done here, or is listed as missing.
 DROPPED_PLUGINS = ("sweeper", "i18n", "mkdocs-jupyter")
 NOTEBOOK_SUFFIX = ".ipynb"
+# Executed notebooks, beside mkdocs.yml like the page cache (a build in a fresh work folder, as
+# the tests make, does not execute them again).
+NOTEBOOK_CACHE = Path(".cache") / "sweeper" / "notebooks"
 DEFAULT_SITE_URL = "http://127.0.0.1:8000/"
 
 # Runs before sweeper-charts.js: a click on a language link goes to the same page in the other
@@ -252,19 +258,104 @@ def _docs_files(docs_dir: Path) -> dict[str, bytes]:
     return files
 
 
-def _nav_without_notebooks(nav: list[Any]) -> list[Any]:
+def notebook_markdown(path: Path) -> dict[str, bytes]:
+    """What mkdocs-jupyter does inside ``mkdocs build`` (``execute: true``, ``allow_errors:
+    false``), done beforehand: the notebook executed in its own folder and converted to a
+    Markdown page (``x.ipynb`` -> ``x.md``) with its output images beside it (``x_files/``).
+    Raises :class:`SweeperError` naming the notebook when a cell fails."""
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+    from nbconvert import MarkdownExporter
+    from nbconvert.preprocessors import ExecutePreprocessor
+
+    notebook = nbformat.read(path, as_version=4)
+    try:
+        ExecutePreprocessor(timeout=600).preprocess(
+            notebook, {"metadata": {"path": str(path.parent)}}
+        )
+    except CellExecutionError as exc:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the traceback's colours
+        raise SweeperError(f"notebook {path} failed when executed: {plain}") from exc
+    files_dir = f"{path.stem}_files"
+    body, resources = MarkdownExporter().from_notebook_node(
+        notebook, resources={"output_files_dir": files_dir}
+    )
+    out = {f"{path.stem}.md": body.encode("utf-8")}
+    for name, data in (resources.get("outputs") or {}).items():
+        out[name] = data if isinstance(data, bytes) else str(data).encode("utf-8")
+    return out
+
+
+def notebook_pages(docs_dir: Path, traces_dir: Path, cache: Path) -> dict[str, bytes]:
+    """Every notebook of ``docs_dir`` as a Markdown page (:func:`notebook_markdown`), cached in
+    ``cache`` by the notebook, sweeper's code and the trace sets' files (a notebook reads them)."""
+    import hashlib
+    import pickle
+
+    found: dict[str, bytes] = {}
+    for path in sorted(docs_dir.rglob(f"*{NOTEBOOK_SUFFIX}")):
+        relative = path.relative_to(docs_dir)
+        if any(p.startswith(".") for p in relative.parts):
+            continue
+        digest = hashlib.sha256(path.read_bytes())
+        digest.update(site.code_fingerprint(site.PACKAGE_DIR).encode())
+        for folder in site.candidate_folders(traces_dir):
+            for item in sorted(folder.iterdir()):
+                stat = item.stat()
+                digest.update(
+                    f"{folder.name}/{item.name}:{stat.st_size}:{stat.st_mtime_ns};".encode()
+                )
+        cached = (
+            cache / f"{relative.as_posix().replace('/', '__')}.{digest.hexdigest()[:20]}.pickle"
+        )
+        try:
+            converted = pickle.loads(cached.read_bytes())
+        except (OSError, EOFError, pickle.UnpicklingError):
+            converted = notebook_markdown(path)
+            cache.mkdir(parents=True, exist_ok=True)
+            for old in cache.glob(f"{relative.as_posix().replace('/', '__')}.*.pickle"):
+                old.unlink(missing_ok=True)
+            cached.write_bytes(pickle.dumps(converted))
+        parent = relative.parent.as_posix()
+        for name, data in converted.items():
+            found[name if parent == "." else f"{parent}/{name}"] = data
+    return found
+
+
+_NOTEBOOK_LINK = re.compile(r"\]\(([^()\s]*?)\.ipynb((?:#[^()\s]*)?)\)")
+
+
+def notebook_links(text: str, converted: Iterable[str]) -> str:
+    """Links to ``x.ipynb`` made links to its Markdown page ``x.md`` when there is one (by
+    file name: the notebooks of the site have distinct names)."""
+    names = {Path(p).name for p in converted if p.endswith(".md")}
+
+    def page(match: re.Match[str]) -> str:
+        stem = match.group(1)
+        if f"{Path(stem).name}.md" not in names:
+            return match.group(0)
+        return f"]({stem}.md{match.group(2)})"
+
+    return _NOTEBOOK_LINK.sub(page, text)
+
+
+def _nav_notebooks(nav: list[Any], converted: set[str]) -> list[Any]:
+    """Nav entries of notebooks made entries of their Markdown pages (those converted), or
+    left out (those that are not)."""
     kept: list[Any] = []
     for item in nav:
-        if isinstance(item, dict) and len(item) == 1:
-            title, value = next(iter(item.items()))
-            if isinstance(value, list):
-                kept.append({title: _nav_without_notebooks(value)})
-                continue
-            if isinstance(value, str) and value.endswith(NOTEBOOK_SUFFIX):
-                continue
-        elif isinstance(item, str) and item.endswith(NOTEBOOK_SUFFIX):
+        title, value = (
+            next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, item)
+        )
+        if isinstance(value, list):
+            kept.append({title: _nav_notebooks(value, converted)})
             continue
-        kept.append(item)
+        if isinstance(value, str) and value.endswith(NOTEBOOK_SUFFIX):
+            page = value.removesuffix(NOTEBOOK_SUFFIX) + ".md"
+            if page not in converted:
+                continue
+            value = page
+        kept.append(value if title is None else {title: value})
     return kept
 
 
@@ -301,9 +392,12 @@ def language_config(
     site_dir: Path,
     site_url: str,
     generated: list[str],
+    notebooks: Iterable[str] = (),
 ) -> dict[str, Any]:
     """One language's Zensical config: the project's with that language's docs, site folder,
-    address, theme language, navigation and language links; the plugins Zensical lacks dropped."""
+    address, theme language, navigation and language links; the plugins Zensical lacks dropped.
+    ``notebooks``: the notebooks made Markdown pages (``x.md`` for ``x.ipynb``); the nav entry
+    of any other notebook is left out."""
     languages = _languages(config)
     out = copy.deepcopy(dict(config))
     root_url = site_url if site_url.endswith("/") else site_url + "/"
@@ -344,7 +438,7 @@ def language_config(
     ]
     nav = out.get("nav")
     if isinstance(nav, list):
-        nav = _nav_without_notebooks(copy.deepcopy(nav))
+        nav = _nav_notebooks(copy.deepcopy(nav), set(notebooks))
         if generated:
             _extend_nav(nav, generated)
         if lang != DEFAULT_LANGUAGE:
@@ -412,7 +506,15 @@ def prepare(
         for problem in entry.problems()
     ]
     files = _docs_files(docs_dir)
+    try:
+        notebooks = notebook_pages(docs_dir, traces_dir, project / NOTEBOOK_CACHE)
+    except SweeperError as exc:  # the rest of the site is built; a strict build fails
+        problems.append(f"{exc} (the notebook page is left out)")
+        notebooks = {}
+    files.update(notebooks)
     files.update({path: text.encode("utf-8") for path, text in pages.items()})
+    for page in [p for p in files if p.endswith(".md") and p not in notebooks]:
+        files[page] = notebook_links(files[page].decode("utf-8"), notebooks).encode("utf-8")
     generated = site.generated_nav(pages) if pages else []
     configs: dict[str, Path] = {}
     for lang in LANGUAGES:
@@ -422,7 +524,13 @@ def prepare(
         _sync_tree(lang_docs, tree)
         # Relative to the config: Zensical 0.0.73 panics on absolute folders.
         lang_config = language_config(
-            config, lang, Path(lang) / "docs", Path(lang) / "site", site_url, generated
+            config,
+            lang,
+            Path(lang) / "docs",
+            Path(lang) / "site",
+            site_url,
+            generated,
+            notebooks=[p for p in notebooks if p.endswith(".md")],
         )
         path = work_dir / f"mkdocs.{lang}.yml"
         header = (
@@ -475,8 +583,9 @@ def build(
     strict: bool = False,
 ) -> Path:
     """Build the site with Zensical into ``out_dir`` (English) and ``out_dir/zh/`` (Chinese);
-    returns ``out_dir``. Raises :class:`SweeperError` when Zensical fails, and with ``strict``
-    when a trace set was left out of the site (the site is built all the same)."""
+    returns ``out_dir``. Raises :class:`SweeperError` when Zensical fails; with ``strict``, also
+    on a warning of Zensical's (``zensical build --strict``: a link to a missing page) and when
+    a trace set was left out of the site (the site is built all the same)."""
     return build_site(
         out_dir,
         traces_dir=traces_dir,
@@ -514,7 +623,8 @@ def build_site(
     for lang, path in configs.items():
         started = time.perf_counter()
         process = subprocess.Popen(
-            [*command, "build", "-f", str(path)],
+            # --strict: Zensical's own checks too (a link to a page that does not exist).
+            [*command, "build", "-f", str(path), *(["--strict"] if strict else [])],
             cwd=path.parent,
             env=env,
             stdout=subprocess.PIPE,

@@ -52,10 +52,16 @@ def test_the_project_config_becomes_one_config_per_language() -> None:
     config = z.read_config(ROOT / "mkdocs.yml")
     generated = ["runs/index.md", "groups/g/index.md", "compare/m/index.md"]
     zh = z.language_config(
-        config, "zh", Path("zh/docs"), Path("zh/site"), "http://h/dev", generated
+        config, "zh", Path("zh/docs"), Path("zh/site"), "http://h/dev", generated, []
     )
     en = z.language_config(
-        config, "en", Path("en/docs"), Path("en/site"), "http://h/dev/", generated
+        config,
+        "en",
+        Path("en/docs"),
+        Path("en/site"),
+        "http://h/dev/",
+        generated,
+        ["notebooks/explore.md"],
     )
     assert zh["site_url"] == "http://h/dev/zh/" and en["site_url"] == "http://h/dev/"
     assert zh["theme"]["language"] == "zh" and en["theme"]["language"] == "en"
@@ -70,12 +76,62 @@ def test_the_project_config_becomes_one_config_per_language() -> None:
         )
         assert scripts.index(language) < scripts.index(charts)  # its click handler runs first
         text = json.dumps(built["nav"], ensure_ascii=False)
-        assert ".ipynb" not in text  # no mkdocs-jupyter: the notebook page is left out
+        assert ".ipynb" not in text  # no mkdocs-jupyter: its Markdown page, or nothing
         assert '"groups/g/index.md"' in text and '"compare/m/index.md"' in text
     assert [a["link"] for a in en["extra"]["alternate"]] == ["./", "zh/"]
     assert [a["link"] for a in zh["extra"]["alternate"]] == ["../", "../zh/"]
     assert "报告" in json.dumps(zh["nav"], ensure_ascii=False)  # nav_translations of mkdocs.yml
     assert "Reports" in json.dumps(en["nav"])
+    assert '"Notebook": "notebooks/explore.md"' in json.dumps(en["nav"])
+    assert "notebooks/" not in json.dumps(zh["nav"])  # not converted: left out
+
+
+def test_links_to_a_converted_notebook_point_at_its_page() -> None:
+    text = "[Notebook](notebooks/explore.ipynb), [o](other.ipynb#a)"
+    assert z.notebook_links(text, ["notebooks/explore.md", "notebooks/explore_files/x.svg"]) == (
+        "[Notebook](notebooks/explore.md), [o](other.ipynb#a)"
+    )
+
+
+@pytest.mark.slow
+def test_a_notebook_is_executed_into_a_markdown_page(tmp_path: Path) -> None:
+    """What mkdocs-jupyter does with execute: true, done beforehand: outputs computed now (the
+    notebook holds none), its chart an SVG file beside the page."""
+    import nbformat
+
+    docs = tmp_path / "docs"
+    (docs / "nb").mkdir(parents=True)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("# A notebook"),
+        nbformat.v4.new_code_cell("print(6 * 7)"),
+        nbformat.v4.new_code_cell(
+            "import altair as alt, pandas as pd\n"
+            'alt.renderers.enable("svg")\n'
+            'alt.Chart(pd.DataFrame({"x": [1, 2]})).mark_point().encode(x="x")'
+        ),
+    ]
+    nbformat.write(notebook, docs / "nb" / "a.ipynb")
+    converted = z.notebook_pages(docs, tmp_path / "no-traces", tmp_path / "cache")
+    page = converted["nb/a.md"].decode()
+    assert "# A notebook" in page and "42" in page
+    images = [p for p in converted if p.startswith("nb/a_files/") and p.endswith(".svg")]
+    assert images and b"<svg" in converted[images[0]]
+    assert f"]({images[0].removeprefix('nb/')})" in page
+
+
+@pytest.mark.slow
+def test_a_failing_cell_is_an_error_naming_the_notebook(tmp_path: Path) -> None:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("1 / 0")]
+    (tmp_path / "docs").mkdir()
+    nbformat.write(notebook, tmp_path / "docs" / "bad.ipynb")
+    with pytest.raises(
+        SweeperError, match=r"(?s)bad\.ipynb failed when executed.*1 / 0.*ZeroDivisionError"
+    ):
+        z.notebook_pages(tmp_path / "docs", tmp_path / "no-traces", tmp_path / "cache")
 
 
 def test_the_written_config_keeps_the_python_slugify_of_the_toc() -> None:
@@ -146,6 +202,9 @@ def test_zensical_builds_both_languages(zensical_build: z.BuildResult) -> None:
         assert index["config"]["lang"] == [lang]
         locations = [item["location"] for item in index["items"]]
         assert any(loc.startswith(f"runs/{RUN}/") for loc in locations)
+    for prefix in ("", "zh/"):  # executed beforehand (no mkdocs-jupyter), linked from home
+        assert (site / prefix / "notebooks" / "explore" / "index.html").is_file()
+        assert 'href="notebooks/explore/"' in (site / prefix / "index.html").read_text()
     zh_page = (site / "zh" / "runs" / RUN / "index.html").read_text(encoding="utf-8")
     assert "吞吐与延迟的兑换率" in zh_page
     zh_index = (site / "zh" / "search.json").read_text(encoding="utf-8")

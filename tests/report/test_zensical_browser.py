@@ -151,6 +151,22 @@ def test_a_script_in_a_trace_set_shows_as_text(browser: Browser) -> None:
     _clean(browser)
 
 
+@pytest.mark.parametrize("prefix", ["", "zh/"])
+def test_the_notebook_page_shows_its_outputs(browser: Browser, prefix: str) -> None:
+    """Executed beforehand (Zensical has no mkdocs-jupyter): its table and its chart (an SVG
+    file) show, and the home page links to it."""
+    browser.open(prefix)
+    browser.page.locator("article a[href*='notebooks/explore/']").first.click()
+    browser.page.wait_for_url(f"**/{prefix}notebooks/explore/")
+    chart = browser.page.locator("article img[src$='.svg']").first
+    chart.wait_for()
+    assert browser.page.wait_for_function(
+        "img => img.complete && img.naturalWidth > 0", arg=chart.element_handle()
+    )
+    assert browser.page.locator("article table td").count() > 0
+    _clean(browser)
+
+
 def zensical_search(browser: Browser, query: str, where: str) -> list[str]:
     """Zensical's search dialog (in a shadow root, which playwright's locators enter): types
     ``query`` and waits for a result whose address starts with ``where`` (the index loads in a
@@ -168,10 +184,10 @@ def zensical_search(browser: Browser, query: str, where: str) -> list[str]:
     return [href.split("?")[0].split("#")[0].removeprefix(browser.base_url) for href in hrefs]
 
 
-# Per language: (query, where a page it finds must be). 兑换率 ends the heading 吞吐与延迟的兑换率 of every
-# Chinese report page (a word inside a sentence: found only if Chinese is segmented); 预填充 is
-# in the English page about the site (docs/site.md, on Chinese search); the English words are
-# in every report page of both languages.
+# Per language: (query, where a page it finds must be). 兑换率 ends the heading
+# 吞吐与延迟的兑换率 of every Chinese report page (a word inside a sentence: found only if
+# Chinese is segmented); 预填充 is in the English page about the site (docs/site.md, on Chinese
+# search); the English words are in every report page of both languages.
 SEARCHES = {
     "": [("throughput", "runs/"), ("预填充", "site/")],
     "zh/": [("TTFT", "zh/runs/"), ("兑换率", "zh/runs/")],
