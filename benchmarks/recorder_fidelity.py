@@ -158,6 +158,7 @@ def _compare(level: ToolLevel, server_truths: list[dict[str, Any]]) -> dict[str,
     row.update(
         cpu_s=cpu_s,
         cpu_cores=cpu_s / (truth.duration_s or float("nan")),
+        cpu_us_per_token=cpu_s * 1e6 / truth.tokens if truth.tokens else float("nan"),
         truth_requests=truth.requests,
         truth_chunks=truth.chunks,
         token_rate=truth.token_rate,
@@ -329,6 +330,60 @@ def sustained_rates(rows: list[dict[str, Any]], metric: str) -> dict[str, dict[s
     return out
 
 
+def versus(rows: list[dict[str, Any]], peer: str = "vllm bench") -> list[dict[str, Any]]:
+    """sweeper (one process) against ``peer`` at each level both ran, the same run: the ratio of
+    the token rates the server sustained (truth), each tool's TTFT p99 and ITL p99 error, its
+    CPU per token, and whether sweeper drove at least as much load with a TTFT p99 error no
+    larger (issue 17's goal)."""
+    by_key = {(r["tool"], r["itl_ms"], r["concurrency"]): r for r in rows if not r.get("error")}
+    out = []
+    for (tool, itl_ms, concurrency), mine in sorted(by_key.items(), key=lambda kv: kv[0][1:]):
+        theirs = by_key.get((peer, itl_ms, concurrency))
+        if tool != "sweeper" or theirs is None:
+            continue
+        ratio = mine["token_rate"] / theirs["token_rate"] if theirs["token_rate"] else None
+        ttft = (mine.get("err_ttft_p99_ms"), theirs.get("err_ttft_p99_ms"))
+        out.append(
+            {
+                "itl_ms": itl_ms,
+                "concurrency": concurrency,
+                "peer": peer,
+                "tok_s": (mine["token_rate"], theirs["token_rate"]),
+                "tok_s_ratio": ratio,
+                "ttft_p99_error_ms": ttft,
+                "itl_p99_error_ms": (mine.get("err_itl_p99_ms"), theirs.get("err_itl_p99_ms")),
+                "cpu_us_per_token": (mine.get("cpu_us_per_token"), theirs.get("cpu_us_per_token")),
+                "goal": (
+                    ratio is not None
+                    and ratio >= 1.0
+                    and None not in ttft
+                    and abs(ttft[0]) <= abs(ttft[1])  # type: ignore[arg-type]
+                ),
+            }
+        )
+    return out
+
+
+def _versus_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(title="sweeper (1 process) vs vllm bench, same run (errors = tool - truth, ms)")
+    for name in (
+        "C", "tok/s sweeper / vllm", "ratio", "TTFT p99 err sweeper / vllm",
+        "ITL p99 err sweeper / vllm", "CPU us/token sweeper / vllm", "goal",
+    ):  # fmt: skip
+        table.add_column(name, justify="right")
+    for item in items:
+        table.add_row(
+            str(item["concurrency"]),
+            " / ".join(f"{v:,.0f}" for v in item["tok_s"]),
+            f"{_fmt(item['tok_s_ratio'])}x",
+            " / ".join(_fmt(v, 1) for v in item["ttft_p99_error_ms"]),
+            " / ".join(_fmt(v) for v in item["itl_p99_error_ms"]),
+            " / ".join(_fmt(v, 1) for v in item["cpu_us_per_token"]),
+            _fmt(item["goal"]),
+        )
+    return table
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Sustained rates per tool and metric, sweeper's ratios to each peer, the issue's goals, and
     the recorder's self-check."""
@@ -387,6 +442,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 }
             )
     return {
+        "versus": versus(rows),
         "sustained_tok_s": sustained,
         "ratios": ratios,
         "goal_sweeper_under_0_5ms_where_peers_under_1ms": not goal1_misses,
@@ -504,6 +560,8 @@ def main(
             all_rows.extend(best_of(r for r in every_row if r["itl_ms"] == itl_ms))
             console.print(_table([r for r in all_rows if r["itl_ms"] == itl_ms], itl_ms))
     summary = summarize(all_rows)
+    if summary["versus"]:
+        console.print(_versus_table(summary["versus"]))
     for metric, title in (("itl", "ITL (every chunk gap)"), ("tpot", "TPOT (per-request mean)")):
         console.print(
             f"highest token rate with |p99 {title} error| < 1 ms "

@@ -15,13 +15,27 @@ from __future__ import annotations
 
 import codecs
 import json
+import json.scanner
 from dataclasses import dataclass, field
 from typing import Any
 
 DONE_MARKER = "[DONE]"
 # The token counts of a usage object: each, when present, must be a whole number >= 0.
 USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
-_decode = json.JSONDecoder().decode  # json.loads without its argument checks
+# json's C scanner, called directly (typeshed types make_scanner's argument wrongly)
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def _decode(data: str) -> Any:
+    """``json.loads(data)`` for a stripped line: the C scanner alone (no whitespace regexes,
+    no wrappers); anything it does not take whole goes to ``json.loads``, for its error."""
+    try:
+        obj, end = _scan(data, 0)
+    except StopIteration:
+        return json.loads(data)  # raises the JSONDecodeError that says where and why
+    if end != len(data):
+        return json.loads(data)
+    return obj
 
 
 @dataclass
@@ -42,6 +56,7 @@ class SSEParser:
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = False  # the decoder holds the start of a character
         self._buffer = ""
         self._data: list[str] = []
         self._event = ""
@@ -50,7 +65,7 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse one network read; return the events it completed."""
-        text = self._decoder.decode(chunk)
+        text = self._text(chunk)
         if not text:
             return []
         if self._pending_cr:
@@ -74,6 +89,19 @@ class SSEParser:
                 return [SSEEvent(p[6:]) for p in parts]
         self._buffer += text
         return self._drain()
+
+    def _text(self, chunk: bytes) -> str:
+        """The read's text: at once when nothing is pending and it is whole UTF-8 (the common
+        read), else through the incremental decoder (a character split across reads, bad
+        bytes replaced), which gives the same text either way."""
+        if not self._partial:
+            try:
+                return chunk.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        text = self._decoder.decode(chunk)
+        self._partial = bool(self._decoder.getstate()[0])
+        return text
 
     def close(self) -> list[SSEEvent]:
         """End of stream: a last line without its newline, or data without the blank line that

@@ -58,6 +58,7 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
         assert 4 < row["truth_itl_p50_ms"] < 7  # the server's own 5 ms schedule
         assert row["tool_itl_p50_ms"] > 0 and row["tool_ttft_p50_ms"] > 0
         assert "loop_lag" in row and isinstance(row["flagged"], bool)
+        assert row["cpu_us_per_token"] > 0
         if sys.platform == "linux":  # the raw client's chunk times are the kernel's
             assert row["stamps"]["source"] == "kernel"
             assert row["stamps"]["chunks"] == 32 * 8
@@ -67,3 +68,48 @@ def test_quick_sweeper_run(tmp_path: Path) -> None:
         "strict",
     }
     assert all(isinstance(c["agrees"], bool) for c in data["summary"]["self_check"])
+
+
+def _benchmark_module() -> object:
+    """benchmarks/recorder_fidelity.py as a module (it imports its ``fidelity`` package from
+    its own folder)."""
+    import importlib.util
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("recorder_fidelity", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def _row(tool: str, concurrency: int, tok_s: float, ttft_err: float, cpu: float) -> dict:
+    return {
+        "tool": tool, "itl_ms": 10.0, "concurrency": concurrency, "error": None,
+        "token_rate": tok_s, "err_ttft_p99_ms": ttft_err, "err_itl_p99_ms": 0.1,
+        "cpu_us_per_token": cpu,
+    }  # fmt: skip
+
+
+def test_the_summary_sets_sweeper_against_vllm_bench_level_by_level() -> None:
+    """Issue 17's ratios: per level both ran, sweeper's token rate over vllm bench's, each
+    one's TTFT p99 error (the goal: rate ratio >= 1 and |TTFT p99 error| no larger), ITL p99
+    error and CPU per token; a level only one tool ran is left out."""
+    bench = _benchmark_module()
+    rows = [
+        _row("sweeper", 256, 20_000, 100.0, 14.0),
+        _row("vllm bench", 256, 16_000, 300.0, 31.0),
+        _row("sweeper", 512, 18_000, 900.0, 13.0),
+        _row("vllm bench", 512, 20_000, 400.0, 30.0),
+        _row("sweeper", 1024, 18_000, 900.0, 13.0),
+    ]
+    items = bench.versus(rows)  # type: ignore[attr-defined]
+    assert [(i["concurrency"], i["goal"]) for i in items] == [(256, True), (512, False)]
+    first = items[0]
+    assert first["tok_s_ratio"] == 1.25
+    assert first["ttft_p99_error_ms"] == (100.0, 300.0)
+    assert first["cpu_us_per_token"] == (14.0, 31.0)
+    assert bench.summarize(rows)["versus"] == items  # type: ignore[attr-defined]

@@ -22,7 +22,6 @@ from sweeper.record.http.inbox import (
     MAX_AGE_NS,
     SO_TIMESTAMPNS,
     Inbox,
-    Piece,
     kernel_arrival,
 )
 
@@ -115,7 +114,7 @@ class _SocketConnection(Connection):
         # this read's arrival and the read would make its age too large), never after now.
         arrival = min(max(now - (age or 0), self._last_arrival), now)
         self._last_arrival = arrival
-        self.inbox.feed(Piece(data, arrival, None if age is None else now - arrival))
+        self.inbox.feed_read(data, arrival, None if age is None else now - arrival)
 
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -179,7 +178,7 @@ class _FeedingProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.inbox is not None:
-            self.inbox.feed(Piece(data, self.clock(), None))
+            self.inbox.feed_read(data, self.clock(), None)
 
     def eof_received(self) -> bool:
         if self.inbox is not None:

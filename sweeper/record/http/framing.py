@@ -242,15 +242,20 @@ class _BodySink:
         self.stopped = False  # on_piece has seen the stream's end
         self._timer: asyncio.TimerHandle | None = None
 
-    def piece(self, piece: Piece) -> None:
+    def read(self, data: bytes, arrival_ns: int, age_ns: int | None) -> None:
         response = self.response
         if response._complete:  # bytes after the body: the connection's check sees them
             self._finish(None)
-            response._inbox.give_back([piece])
+            response._inbox.give_back([Piece(data, arrival_ns, age_ns)])
             return
         try:
-            data = response._body(piece.data)
-            if not self.stopped and self.on_piece(data, piece.arrival_ns, piece.age_ns):
+            whole, used = (
+                _whole_chunks(data)  # the common read, without the calls around it
+                if response._chunked and response._stage == "size" and not response._buffer
+                else (b"", 0)
+            )
+            data = whole if used == len(data) else whole + response._body(data[used:])
+            if not self.stopped and self.on_piece(data, arrival_ns, age_ns):
                 self.stopped = True
                 if not response._complete:
                     self._timer = asyncio.get_running_loop().call_later(

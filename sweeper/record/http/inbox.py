@@ -43,7 +43,7 @@ class Piece(NamedTuple):
 class Consumer(Protocol):
     """What takes a streaming body's pieces as they arrive (:meth:`Inbox.attach`)."""
 
-    def piece(self, piece: Piece) -> None: ...
+    def read(self, data: bytes, arrival_ns: int, age_ns: int | None) -> None: ...
 
     def end(self, error: BaseException | None) -> None: ...
 
@@ -73,9 +73,16 @@ class Inbox:
         """The peer closed its side, or the connection failed."""
         return self._eof or self._error is not None
 
+    def feed_read(self, data: bytes, arrival_ns: int, age_ns: int | None) -> None:
+        """:meth:`feed` of one read's parts (a streaming body's reads make no :class:`Piece`)."""
+        if self._consumer is not None:
+            self._consumer.read(data, arrival_ns, age_ns)
+        else:
+            self.feed(Piece(data, arrival_ns, age_ns))
+
     def feed(self, piece: Piece) -> None:
         if self._consumer is not None:
-            self._consumer.piece(piece)
+            self._consumer.read(*piece)
             return
         self._pieces.append(piece)
         self._size += len(piece.data)
@@ -105,7 +112,7 @@ class Inbox:
             if self._consumer is not consumer:  # it detached itself: keep the rest
                 self.give_back(pieces[i:])
                 break
-            consumer.piece(piece)
+            consumer.read(*piece)
         if self._consumer is consumer and self.ended:
             consumer.end(self._error)
 
