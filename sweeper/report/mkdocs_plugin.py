@@ -132,9 +132,14 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             logger = logging.getLogger(name)
             if _FILTER not in logger.filters:
                 logger.addFilter(_FILTER)
-        config.extra_css.append(f"{ASSETS_URL}/{STYLESHEET}")
-        config.extra_javascript.append(f"{ASSETS_URL}/{VEGA_BUNDLE}")
-        config.extra_javascript.append(f"{ASSETS_URL}/{CHART_SCRIPT}")
+        # Once: mkdocs-static-i18n runs on_config again for each other language, and a script
+        # listed twice would answer every click twice (a sort undone at once).
+        if f"{ASSETS_URL}/{STYLESHEET}" not in config.extra_css:
+            config.extra_css.append(f"{ASSETS_URL}/{STYLESHEET}")
+        scripts = [str(script) for script in config.extra_javascript]
+        for name in (VEGA_BUNDLE, CHART_SCRIPT):
+            if f"{ASSETS_URL}/{name}" not in scripts:
+                config.extra_javascript.append(f"{ASSETS_URL}/{name}")
         if not self.config.enabled:
             return config
         root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
