@@ -12,7 +12,8 @@ report pages once (the page cache both engines read is then warm, so what is tim
 engine), then, each round, in separate processes as a user runs them:
 
 - ``mkdocs build`` (both languages: mkdocs-static-i18n builds the second inside the same run);
-- ``python -m sweeper.report.zensical`` with a fresh work folder (Zensical's own cache cold);
+- ``python -m sweeper.report.zensical`` with a fresh work folder (Zensical's own cache cold; the
+  executed notebook is cached beside the page cache, warm from the warm-up);
 - the same again (Zensical's cache warm: nothing changed).
 
 Prints each round's wall time and the medians, the ratio mkdocs / Zensical, and the machine's
@@ -109,7 +110,12 @@ def main() -> None:
             ]  # fmt: skip
 
         warmup = _timed(mkdocs, work, env)  # renders every page into the shared page cache
-        print(f"warm-up (pages rendered into the cache): mkdocs build {warmup:.1f} s")
+        # ... and executes the notebook into its cache (mkdocs-jupyter executes it every build)
+        z_warmup = _timed(zensical("zwork"), work, env)
+        print(
+            f"warm-up (pages rendered into the cache): mkdocs build {warmup:.1f} s, "
+            f"zensical {z_warmup:.1f} s"
+        )
         names = ("mkdocs", "zensical_cold", "engine_cold", "zensical_warm", "engine_warm")
         rows: dict[str, list[float]] = {name: [] for name in names}
         for round_number in range(1, args.rounds + 1):
