@@ -176,7 +176,7 @@ def measure(runs: int, zensical: bool) -> Row:
         shutil.copytree(
             ROOT / "docs",
             work / "docs",
-            ignore=shutil.ignore_patterns("runs", "compare", "groups"),
+            ignore=shutil.ignore_patterns("runs", "compare"),
         )
         cold = mkdocs_build(work, traces)
         z_cold = zensical_build(work, traces) if zensical else None

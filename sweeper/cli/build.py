@@ -30,7 +30,8 @@ def build_command(traces_dir: Path, out_dir: Path) -> None:
     """Write the report pages of every trace set as Markdown (en + zh).
 
     Per trace set runs/<run-id>/index.md (English) and index.zh.md (Chinese), the index of runs
-    (runs/index.md) and one comparison page per model (compare/), with embedded Vega-Lite charts.
+    (runs/index.md, a table per model and GPU), one page per model and GPU (runs/groups/) and one
+    comparison page per model (compare/), with embedded Vega-Lite charts.
 
     \b
     Examples:

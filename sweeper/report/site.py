@@ -74,8 +74,10 @@ log = logging.getLogger("sweeper.report.site")
 
 RUNS_DIR = "runs"
 COMPARE_DIR = "compare"
-GROUPS_DIR = "groups"  # one page per (model, GPU): what the navigation lists
-GENERATED_DIRS = (RUNS_DIR, COMPARE_DIR, GROUPS_DIR)
+GENERATED_DIRS = (RUNS_DIR, COMPARE_DIR)
+# One page per (model, GPU), what the navigation lists: runs/groups/<slug>/index.md (a run whose
+# id is "groups" keeps its page, runs/groups/index.md).
+GROUPS_DIR = f"{RUNS_DIR}/groups"
 # Written into each generated folder: only folders carrying it are ever cleaned by sweeper.
 SENTINEL = ".sweeper-generated"
 _SLUG_MAX = 48
@@ -519,7 +521,7 @@ def render_index(
             parts.append(f"## {esc(title)} {{ .sweeper-group #{group_slug(model, gpu)} }}")
             parts.append(
                 f'<p class="sweeper-group__count">{html.escape(_runs_count(lang, len(members)))}'
-                f" · {_link(html.escape(tr(lang, 'this group alone')), f'../{GROUPS_DIR}/{group_slug(model, gpu)}/index.md')}</p>"
+                f" · {_link(html.escape(tr(lang, 'this group alone')), f'groups/{group_slug(model, gpu)}/index.md')}</p>"
             )
             parts.append(_runs_table(members, lang, labelled))
     else:
@@ -574,10 +576,10 @@ def render_group(model: str, gpu: str, runs: list[RunReport], lang: str) -> str:
     parts.append(
         html.escape(_runs_count(lang, len(runs)))
         + " · "
-        + _link(html.escape(tr(lang, "every run")), f"../../{RUNS_DIR}/index.md")
+        + _link(html.escape(tr(lang, "every run")), "../../index.md")
     )
     parts.append(_filters(runs, lang))
-    parts.append(_runs_table(runs, lang, labelled, prefix=f"../../{RUNS_DIR}/"))
+    parts.append(_runs_table(runs, lang, labelled, prefix="../../"))
     return "\n\n".join(parts) + "\n"
 
 
@@ -816,7 +818,7 @@ def generated_nav(pages: Mapping[str, str]) -> list[str]:
     translated = tuple(f".{lang}.md" for lang in LANGUAGES[1:])
     paths = sorted(p for p in pages if not p.endswith(translated))
     index = f"{RUNS_DIR}/index.md"
-    groups = [p for p in paths if p.startswith(f"{GROUPS_DIR}/")]
+    groups = [p for p in paths if p.startswith(f"{GROUPS_DIR}/") and p.count("/") == 3]
     compare = [p for p in paths if p.startswith(f"{COMPARE_DIR}/")]
     return [index, *groups, *compare]
 

@@ -28,7 +28,7 @@ from tests.report.site_helpers import ROOT, copy_project_site, mkdocs_build
 
 pytestmark = pytest.mark.slow
 
-GENERATED = ("runs", "compare", "groups")
+GENERATED = ("runs", "compare")
 # The most a run page may weigh as MkDocs builds it (HTML; its charts' data is inline, once).
 MAX_RUN_PAGE_KIB = 100
 

@@ -141,12 +141,12 @@ def test_the_index_groups_runs_by_model_and_gpu_with_sorting_and_filters(tmp_pat
     nav = site.generated_nav(pages)
     assert nav[0] == "runs/index.md"
     assert not any(re.fullmatch(r"runs/run-\d/index\.md", p) for p in nav)
-    group_pages = [p for p in nav if p.startswith("groups/")]
+    group_pages = [p for p in nav if p.startswith("runs/groups/")]
     assert len(group_pages) == 5
     for path in group_pages:
         for lang in ("en", "zh"):
             page = pages[site.page_path(path, lang)]
-            assert page_defects(page) == [] and "../../runs/run-" in page
+            assert page_defects(page) == [] and "](../../run-" in page
 
 
 def test_pages_rendered_in_worker_processes_are_the_same(
