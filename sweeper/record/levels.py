@@ -32,7 +32,7 @@ from sweeper.record.config import (
     PROMPT_BUILD_PARALLEL,
     RecordConfig,
 )
-from sweeper.record.http import RawClient, describe_exception
+from sweeper.record.http import describe_exception
 from sweeper.record.lag import LagMonitor, summarize_lag
 from sweeper.record.progress import LevelStats, Progress
 from sweeper.record.prompts import PromptSource
@@ -390,10 +390,8 @@ async def _stream_level(
 ) -> None:
     """Requests in this process: one closed-loop stream per concurrent request, each sending
     its next when the last one ends (and then recording the last one), until the specs run out
-    or ``take`` says stop. The raw client opens the streams' connections first."""
+    or ``take`` says stop."""
     run = sweep.run
-    if isinstance(sweep.client, RawClient):
-        await sweep.client.prepare(sweep.url, min(streams, len(specs)))
 
     async def send(spec: RequestSpec, on_sent: Callable[[], None] | None) -> RequestTrace:
         return await stream_request(

@@ -323,8 +323,6 @@ async def _worker_loop(
                 results.put(("trace", line))
                 return not stop.is_set()
 
-            if isinstance(client, RawClient) and not job.open_loop and job.think_ms is None:
-                await client.prepare(job.url, min(job.streams, len(job.specs)))
             late = await _run_job(job, send, settle, settings.origin_ns, stop, stamps)
             lag.stop()
             with contextlib.suppress(asyncio.CancelledError):

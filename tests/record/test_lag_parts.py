@@ -1,5 +1,5 @@
 """One recorder process at load: the closed loop sends a stream's next request before recording
-its last; the raw client opens a level's connections first; a body's reads are parsed in the
+its last; a body's reads are parsed in the
 loop's read callback (fast paths equal to the general ones); and when the self-check flags a
 level it names the part that lagged (send, read or parse), over real loopback HTTP against the
 scripted server."""
@@ -202,23 +202,6 @@ async def test_a_cancelled_loop_still_settles_the_request_that_ended(server: Ser
         with pytest.raises(asyncio.CancelledError):
             await task
     assert settled == ["cancel-0"]
-
-
-async def test_prepare_opens_the_levels_connections_and_requests_reuse_them(
-    server: ServerThread,
-) -> None:
-    url = f"{server.base_url}/v1/completions"
-    async with RawClient() as client:
-        assert await client.prepare(url, 6) == 6
-        assert await client.prepare(url, 6) == 6  # idle ones count: none opened
-        assert client.connects == 6
-        traces = await asyncio.gather(*(
-            stream_request(client, url, _spec(f"prep-{i}"), endpoint="completions",
-                           origin_ns=0, timeout_s=10)
-            for i in range(6)
-        ))  # fmt: skip
-        assert all(t.status == "ok" for t in traces)
-        assert client.connects == 6
 
 
 class _NoInbox(Inbox):

@@ -28,7 +28,6 @@ from sweeper.record.http.inbox import (
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 CLOSE_WAIT_S = 2.0  # longest wait for the connections to finish closing at the end
 READ_SIZE = 65536
-PREPARE_PARALLEL = 64  # connections being opened at once by RawClient.prepare
 USER_AGENT = "sweeper"
 
 
@@ -299,36 +298,6 @@ class RawClient:
                 self._idle.setdefault(origin, []).append(conn)
             else:
                 self._retire(conn)
-
-    async def prepare(self, url: str, count: int) -> int:
-        """Open connections to ``url``'s origin until ``count`` are idle (at most
-        :data:`PREPARE_PARALLEL` connecting at a time), before a closed-loop level starts: its
-        first requests then find a connection, and their TTFT holds no TCP handshake (the
-        server's truth, request received -> first token, holds none either). A connection that
-        fails is left out: the request that would have used it opens its own and reports the
-        failure. Returns how many are idle."""
-        if self._closed:
-            raise RuntimeError("the raw HTTP client is closed")
-        origin = split_url(url)[0]
-        idle = self._idle.setdefault(origin, [])
-        for conn in [c for c in idle if not c.usable()]:
-            idle.remove(conn)
-            self._retire(conn)  # the server closed it while idle
-        gate = asyncio.Semaphore(PREPARE_PARALLEL)
-
-        async def one() -> None:
-            async with gate:
-                try:
-                    async with asyncio.timeout(self.connect_timeout_s):
-                        conn = await open_connection(origin)
-                except (TimeoutError, OSError, ssl.SSLError):
-                    return
-            self.connects += 1
-            self._open.add(conn)
-            idle.append(conn)
-
-        await asyncio.gather(*(one() for _ in range(count - len(idle))))
-        return len(idle)
 
     def _retire(self, conn: Connection) -> None:
         """Close a connection; one whose close takes a while (TLS) is awaited by aclose()."""
