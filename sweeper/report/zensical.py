@@ -33,6 +33,7 @@ the site, a notebook that fails), with ``zensical build --strict`` for the links
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import re
@@ -481,8 +482,6 @@ def _assets(lang: str) -> dict[str, bytes]:
 
 
 def _js(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -542,9 +541,8 @@ def prepare(
     return configs, problems
 
 
-def _assemble(out_dir: Path, built: Mapping[str, Path]) -> None:
-    """Each language's build copied to its place under ``out_dir`` (``zh/`` inside the English
-    site), replacing what a build before left there."""
+def check_out_dir(out_dir: Path) -> Path:
+    """``out_dir`` when a build may replace it: missing, empty, or a site built here before."""
     if out_dir.exists():
         if not out_dir.is_dir():
             raise SweeperError(f"{out_dir} is not a folder: choose another output folder")
@@ -553,6 +551,13 @@ def _assemble(out_dir: Path, built: Mapping[str, Path]) -> None:
                 f"{out_dir} exists and is not a site built by sweeper (no {SITE_MARKER} in it): "
                 "move it away or choose another output folder; it is replaced by every build"
             )
+    return out_dir
+
+
+def _assemble(out_dir: Path, built: Mapping[str, Path]) -> None:
+    """Each language's build copied to its place under ``out_dir`` (``zh/`` inside the English
+    site), replacing what a build before left there."""
+    if check_out_dir(out_dir).exists():
         shutil.rmtree(out_dir)
     for lang in sorted(built, key=lambda lg: len(prefix(lg))):
         shutil.copytree(built[lang], out_dir / prefix(lang), dirs_exist_ok=True)
@@ -611,7 +616,7 @@ def build_site(
     traces_dir = traces_dir or Path(os.environ.get("SWEEPER_TRACES_DIR") or project / "traces")
     work_dir = (work_dir or project / WORK_DIR).resolve()
     site_url = site_url or os.environ.get("SITE_URL") or DEFAULT_SITE_URL
-    out_dir = out_dir.resolve()
+    out_dir = check_out_dir(out_dir.resolve())  # before the build, not after it
     command = zensical_command()
     configs, problems = prepare(
         work_dir, traces_dir=traces_dir, config_file=config_file, site_url=site_url

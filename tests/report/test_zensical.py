@@ -226,10 +226,16 @@ def test_a_strict_build_names_the_trace_set_left_out(tmp_path: Path, small_trace
     assert (tmp_path / "site" / "zh" / "runs" / "index.html").is_file()
 
 
-def test_an_output_folder_it_did_not_build_is_never_replaced(tmp_path: Path) -> None:
+def test_an_output_folder_it_did_not_build_is_never_replaced(
+    tmp_path: Path, small_traces: Path
+) -> None:
+    """Refused before anything is built (no work folder made), and at the copy too."""
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
+    with pytest.raises(SweeperError, match=r"mine exists and is not a site built by sweeper"):
+        z.build(out, traces_dir=small_traces, work_dir=tmp_path / "work")
+    assert not (tmp_path / "work").exists()
     with pytest.raises(SweeperError, match=r"is not a site built by sweeper"):
         z._assemble(out, {"en": tmp_path})
     assert (out / "notes.txt").read_text() == "keep me"
