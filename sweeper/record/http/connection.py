@@ -244,6 +244,7 @@ class RawClient:
     _idle: dict[Origin, list[Connection]] = field(default_factory=dict)
     _open: set[Connection] = field(default_factory=set)
     _closing: set[Connection] = field(default_factory=set)  # closed, close not yet complete
+    _origins: dict[Origin, Any] = field(default_factory=dict)  # TLS context, addresses
     _closed: bool = False
 
     async def __aenter__(self) -> RawClient:
@@ -338,7 +339,7 @@ class RawClient:
             self._retire(conn)  # the server closed it while idle: open a fresh one
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                conn = await open_connection(origin)
+                conn = await open_connection(origin, self._origins)
         except TimeoutError as exc:
             raise ConnectFailed(
                 f"ConnectTimeout: no connection to {origin.host}:{origin.port} "
@@ -351,18 +352,26 @@ class RawClient:
         return conn
 
 
-async def open_connection(origin: Origin) -> Connection:
+async def open_connection(origin: Origin, cache: dict[Origin, Any] | None = None) -> Connection:
     """A connection to ``origin``: a kernel-stamped socket for http on Linux, else an asyncio
-    transport (TLS for https)."""
+    transport (TLS for https). ``cache`` keeps the origin's TLS context and addresses for the
+    next connection: a level's first requests open hundreds at once, and each resolving the
+    host again (a trip through the loop's resolver threads) and building its own TLS context
+    delayed the first sends."""
     loop = asyncio.get_running_loop()
-    context = ssl_context_for(origin)
+    cache = {} if cache is None else cache
+    context = cache[origin][0] if origin in cache else ssl_context_for(origin)
     if context is not None or not KERNEL_STAMPS:
+        cache[origin] = (context, None)
         protocol = _FeedingProtocol(time.monotonic_ns)
         transport, _ = await loop.create_connection(
             lambda: protocol, origin.host, origin.port, ssl=context
         )
         return _TransportConnection(transport, protocol)
-    infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+    infos = cache[origin][1] if origin in cache else None
+    if infos is None:
+        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        cache[origin] = (context, infos)
     failure: OSError | None = None
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
