@@ -266,3 +266,33 @@ def test_columns_round_trip_every_field(tmp_path: Path) -> None:
         assert h.model_copy(update={"server_timing": None}) == a.model_copy(
             update={"server_timing": None, "chunk_ns": [], "chunk_tokens": []}
         )
+
+
+def test_what_the_reader_leaves_out_is_left_out_and_said_the_same_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    """Repeats, impossible times, a request id twice in a level, per-worker files, a compacted
+    file beside a plain one and a truncated last line: the same requests, the same problems
+    (same words, same order) with the cache as without, when it is written and when it is read."""
+    folder = _run(tmp_path)
+    path = folder / REQUESTS_FILE
+    lines = path.read_text().splitlines(keepends=True)
+    bad_times = json.loads(lines[2])
+    bad_times["request_id"], bad_times["chunk_ns"] = "x-bad", [5, 3] + [9] * 14
+    again = json.loads(lines[3])
+    again["send_ns"] += 1  # the same id in the same level: a copy, left out
+    worker = folder / "requests.w1.jsonl"
+    worker.write_text(lines[4] + json.dumps(bad_times) + "\n" + json.dumps(again) + "\n")
+    compact_trace_set(folder)  # requests.jsonl.gz, holding everything so far
+    # More impossible lines than are named one by one, a repeat, a truncated last line.
+    extra = [json.dumps({**bad_times, "request_id": f"x-{i}"}) + "\n" for i in range(25)]
+    path.write_text(lines[0] + "".join(extra) + lines[1][:-20])
+    old = load_trace_set(folder, cache="off")
+    assert len(old.problems) >= 4 and any("truncated" in p for p in old.problems)
+    assert any("appeared twice" in p for p in old.problems)
+    assert any("more lines like these" in p for p in old.problems)
+    for _ in range(2):
+        new = load_trace_set(folder, cache="always")
+        assert new.problems == old.problems
+        assert new.requests == old.requests
+    assert new.cache.read is not None
