@@ -228,6 +228,7 @@ def _write(place: Path, key: list[dict[str, Any]], cached: Cached, folder: Path)
             "optional_ints": list(OPTIONAL_INTS),
             "requests": len(columns),
             "chunks": columns.chunks,
+            "largest_level_chunks": largest_level(columns),
             "arrays": arrays,
             "text_sha256": hashlib.sha256(text).hexdigest(),
             "read_problems": cached.read_problems,
@@ -248,6 +249,14 @@ def _write(place: Path, key: list[dict[str, Any]], cached: Cached, folder: Path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def largest_level(columns: RequestColumns) -> int:
+    """The most chunks one level holds (what summarizing that level needs memory for)."""
+    if not len(columns):
+        return 0
+    _, level = np.unique(columns.concurrency, return_inverse=True)
+    return int(np.bincount(level, weights=columns.chunk_counts).max())
 
 
 def remove_caches(folder: Path) -> None:

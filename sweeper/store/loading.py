@@ -243,7 +243,11 @@ def _load_columns(folder: Path, files: list[Path], *, write: bool, report: Cache
                 int(meta.get("requests", 0)),
                 estimated=False,
             )
-            _check_need(folder, known, memory.columns_need(known, parse=False), cached=True)
+            largest = meta.get("largest_level_chunks")
+            need = memory.columns_need(
+                known, parse=False, level_chunks=largest if isinstance(largest, int) else None
+            )
+            _check_need(folder, known, need, cached=True)
         cached = read_cache(folder, key, report)
         if cached is not None:
             return cached

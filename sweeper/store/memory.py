@@ -110,12 +110,14 @@ def objects_need(size: Size) -> int:
     )
 
 
-def columns_need(size: Size, *, parse: bool) -> int:
+def columns_need(size: Size, *, parse: bool, level_chunks: int | None = None) -> int:
     """Loading into columns (``parse``: from the JSONL, which is read whole; else from the
-    cache), and summarizing a level at a time (at most every chunk in one level)."""
+    cache), and summarizing a level at a time: ``level_chunks`` in the largest level (a cache
+    knows it; before a parse, every chunk is assumed to be in one)."""
     held = size.chunks * COLUMN_BYTES_PER_CHUNK + size.requests * COLUMN_BYTES_PER_REQUEST
     text = size.text_bytes if parse else 0
-    return held + text + size.chunks * LEVEL_BYTES_PER_CHUNK
+    level = size.chunks if level_chunks is None else level_chunks
+    return held + text + level * LEVEL_BYTES_PER_CHUNK
 
 
 def gib(n: float) -> str:
