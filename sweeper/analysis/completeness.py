@@ -79,7 +79,9 @@ def completeness(ts: TraceSet) -> Completeness:
     """What a run planned and did not measure (see the module docstring)."""
     m = ts.manifest
     planned = list(m.workload.concurrency_levels) or [lv.concurrency for lv in m.levels]
-    measured = Counter(r.concurrency for r in ts.requests if r.phase == "measured")
+    # From the columns: a large trace set held as columns is not turned into objects for a count.
+    cols = ts.columns
+    measured = Counter(cols.concurrency[cols.is_("phase", "measured")].tolist())
     summaries = m.source.summaries
     # sweeper's own plan per level is what it meant to send; an import's is what it found.
     own = m.source.tool == RECORDER_TOOL

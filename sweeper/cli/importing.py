@@ -100,7 +100,7 @@ def import_command(
         )
     else:
         levels = "concurrency " + ", ".join(str(c) for c in keys)
-    with_requests = {r.concurrency for r in ts.requests}
+    with_requests = set(ts.columns.concurrency.tolist())
     summary_only = [c for c in keys if c not in with_requests]
     only = (
         f" ({', '.join(level_label(c, workload.offered_rate(c), 'en') for c in summary_only)}: "
@@ -109,7 +109,7 @@ def import_command(
         else ""
     )
     click.echo(
-        f"Imported {len(ts.requests)} requests ({source.tool} {source.version or ''}".rstrip()
+        f"Imported {ts.count} requests ({source.tool} {source.version or ''}".rstrip()
         + f", fidelity {source.fidelity}) at {levels}{only} into {folder}"
     )
     for warning in ts.manifest.warnings:
