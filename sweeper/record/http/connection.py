@@ -368,10 +368,15 @@ async def open_connection(origin: Origin, cache: dict[Origin, Any] | None = None
             lambda: protocol, origin.host, origin.port, ssl=context
         )
         return _TransportConnection(transport, protocol)
-    infos = cache[origin][1] if origin in cache else None
-    if infos is None:
-        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
-        cache[origin] = (context, infos)
+    resolving = cache[origin][1] if origin in cache else None
+    if resolving is None or (resolving.done() and resolving.exception() is not None):
+        # One resolution shared by every connection being opened meanwhile (a failed one is
+        # tried again by the next connection).
+        resolving = asyncio.ensure_future(
+            loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        )
+        cache[origin] = (context, resolving)
+    infos = await asyncio.shield(resolving)
     failure: OSError | None = None
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
