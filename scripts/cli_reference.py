@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from sweeper.cli import cli
+from sweeper.cli import COMMANDS, cli
 
 REGENERATE = ".venv/bin/cog -r docs/cli.md docs/cli.zh.md"
 PAGES = ("docs/cli.md", "docs/cli.zh.md")
@@ -32,14 +32,14 @@ TERMINAL_WIDTH = 100
 
 
 def command_names() -> list[str]:
-    """The group's commands in the order they are registered (sweeper/cli/__init__.py), which
-    is the order of the pages: record, import, summary, findings, build, compact."""
-    return list(cli.commands)
+    """The group's commands in the order sweeper/cli/__init__.py names them (``COMMANDS``),
+    which is the order of the pages: record, import, summary, findings, build, compact, study."""
+    return list(COMMANDS)
 
 
 def help_text(name: str) -> str:
     """``sweeper NAME --help`` as a user sees it in a 100-column terminal."""
-    if name not in cli.commands:
+    if name not in COMMANDS:
         raise KeyError(f"sweeper has no command {name!r}; it has {', '.join(command_names())}")
     result = CliRunner().invoke(
         cli, [name, "--help"], prog_name="sweeper", terminal_width=TERMINAL_WIDTH, color=False
