@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -91,7 +92,7 @@ def top_functions(raw: Path, limit: int = 25) -> list[tuple[str, int]]:
         stack, _, count = line.rpartition(" ")
         if not stack:
             continue
-        self_counts[stack.split(";")[-1]] += int(count)
+        self_counts[re.sub(r":\d+\)$", ")", stack.split(";")[-1])] += int(count)  # by function
     return self_counts.most_common(limit)
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,6 +203,34 @@ async def test_a_cancelled_loop_still_settles_the_request_that_ended(server: Ser
         with pytest.raises(asyncio.CancelledError):
             await task
     assert settled == ["cancel-0"]
+
+
+async def test_connections_opened_at_once_share_one_address_lookup(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A level's first requests open their connections at once: they resolve the host once
+    between them (hundreds of lookups queued on the loop's resolver threads delayed the first
+    round's sends by seconds), and every request still gets its own connection."""
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+    lookups: list[object] = []
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        lookups.append(args[0])
+        await asyncio.sleep(0.05)  # a slow resolver: everyone arrives while it works
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "getaddrinfo", counted)
+    url = f"{server.base_url}/v1/completions"
+    async with RawClient() as client:
+        traces = await asyncio.gather(*(
+            stream_request(client, url, _spec(f"dns-{i}"), endpoint="completions",
+                           origin_ns=0, timeout_s=10)
+            for i in range(12)
+        ))  # fmt: skip
+        assert all(t.status == "ok" for t in traces), [t.error for t in traces]
+        assert client.connects == 12
+    assert lookups == ["127.0.0.1"]
 
 
 class _NoInbox(Inbox):
