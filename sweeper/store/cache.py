@@ -10,8 +10,12 @@ The JSONL stays the record; the cache is a copy that is never trusted unless it 
   here, ~0.1 s for 10 M chunks), far cheaper than parsing.
 - **Its own files** are checked too: each array's SHA-256 and size, and the text's, are in
   ``meta.json`` (written last); a truncated, edited or half-written cache is rebuilt.
-- It carries a version (:data:`CACHE_VERSION`): one written by another layout or loader is
-  rebuilt.
+- It carries a version (:data:`CACHE_VERSION`) and a fingerprint of the reader's code
+  (:func:`reader_fingerprint`: the SHA-256 of ``sweeper/store/*.py`` and ``sweeper/schema.py``):
+  one written by another layout or another reader is rebuilt, even if nobody bumped the version.
+- Its text (request ids, error messages, ...) goes through the project's redactor
+  (:mod:`sweeper.redact`) like every file sweeper writes, and its files get the mode of the request
+  files they copy (a ``0600`` JSONL gives a ``0600`` cache).
 
 Where it lives: beside the JSONL (``<trace set>/.sweeper-columns/``) when that folder may be
 written, else in the user's cache folder (``$SWEEPER_CACHE_DIR``, else
@@ -23,6 +27,8 @@ mounted read-only, even when running as root) is never written.
 from __future__ import annotations
 
 import contextlib
+import functools
+import glob
 import hashlib
 import json
 import os
@@ -36,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from sweeper.redact import PATTERNS
 from sweeper.store.columns import OPTIONAL_INTS, TEXT_FIELDS, RequestColumns
 
 CACHE_VERSION = 1
@@ -54,6 +61,17 @@ ARRAYS = (
     "present",
 )
 _BLOCK = 1 << 20
+
+
+@functools.cache
+def reader_fingerprint() -> str:
+    """The SHA-256 of the reader's code (``sweeper/store/*.py`` and ``sweeper/schema.py``, names
+    and bytes): a cache written by another reader is rebuilt."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in [*sorted(here.glob("*.py")), here.parent / "schema.py"]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:
@@ -157,6 +175,8 @@ def _read(place: Path, key: list[dict[str, Any]]) -> Cached:
     meta = json.loads((place / META_FILE).read_bytes())
     if meta.get("cache_version") != CACHE_VERSION:
         raise ValueError(f"cache version {meta.get('cache_version')} is not {CACHE_VERSION}")
+    if meta.get("reader") != reader_fingerprint():
+        raise ValueError("it was written by another version of sweeper's reader")
     if meta.get("files") != key:
         raise ValueError("its key differs from the request files' (they changed since)")
     if meta.get("optional_ints") != list(OPTIONAL_INTS):
@@ -210,7 +230,7 @@ def write_cache(
 def _write(place: Path, key: list[dict[str, Any]], cached: Cached, folder: Path) -> None:
     """Written into a temporary folder beside ``place``, then renamed into place: a reader sees
     the old cache, the new one or none, never half of one (and verifies it anyway)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{place.name}.", suffix=".tmp", dir=place.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{place.name}.", suffix=".tmp", dir=place.parent))
     try:
         columns = cached.columns
         arrays = {}
@@ -218,10 +238,15 @@ def _write(place: Path, key: list[dict[str, Any]], cached: Cached, folder: Path)
             path = tmp / f"{name}.npy"
             np.save(path, np.ascontiguousarray(getattr(columns, name)), allow_pickle=False)
             arrays[name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-        text = json.dumps(columns.text, ensure_ascii=False, separators=(",", ":")).encode()
+        # Redacted like every file sweeper writes: a line from an older sweeper or another tool
+        # may hold a secret (an error message naming a URL with its password) the JSONL kept.
+        text = PATTERNS.json(
+            json.dumps(columns.text, ensure_ascii=False, separators=(",", ":"))
+        ).encode()
         (tmp / TEXT_FILE).write_bytes(text)
         meta = {
             "cache_version": CACHE_VERSION,
+            "reader": reader_fingerprint(),
             "trace_set": str(folder.resolve()),
             "written": datetime.now(UTC).isoformat(timespec="seconds"),
             "files": key,
@@ -235,20 +260,41 @@ def _write(place: Path, key: list[dict[str, Any]], cached: Cached, folder: Path)
             "load_problems": cached.load_problems,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        file_mode = source_mode(key, folder)
         for path in tmp.iterdir():
-            os.chmod(path, 0o644)
-        os.chmod(tmp, 0o755)
-        old = None
-        if place.exists():
-            old = place.with_name(f"{place.name}.old-{os.getpid()}")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(place, old)
-        os.replace(tmp, place)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            os.chmod(path, file_mode)
+        # The folder: the files' mode, searchable by whoever may read them.
+        os.chmod(tmp, file_mode | (file_mode & 0o444) >> 2 | 0o700)
+        old = place.with_name(f"{place.name}.old-{os.getpid()}")
+        moved = False
+        try:
+            if place.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(place, old)
+                moved = True
+            os.replace(tmp, place)
+        finally:
+            # Another writer's cache landing between the two renames makes the second fail:
+            # its cache stays; ours is dropped. Never leave the old copy behind.
+            if moved:
+                if place.exists():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.replace(old, place)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def source_mode(key: list[dict[str, Any]], folder: Path) -> int:
+    """The permission bits the cache's files get: those every request file has (``0600``
+    sources give a ``0600`` cache), write kept for the owner."""
+    mode = 0o666
+    for entry in key:
+        with contextlib.suppress(OSError):
+            mode &= stat.S_IMODE((folder / entry["name"]).stat().st_mode)
+    return (mode & 0o666) | 0o600
 
 
 def largest_level(columns: RequestColumns) -> int:
@@ -260,7 +306,12 @@ def largest_level(columns: RequestColumns) -> int:
 
 
 def remove_caches(folder: Path) -> None:
-    """Remove every cache of ``folder`` (its files are gone or replaced)."""
+    """Remove every cache of ``folder`` (its files are gone or replaced), and what an
+    interrupted write left beside one (``.sweeper-columns.*``: a temporary or old copy)."""
     for place in cache_dirs(folder):
         if place.is_dir() and (place / META_FILE).exists():
             shutil.rmtree(place, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            for left in place.parent.glob(f"{glob.escape(place.name)}.*"):
+                if left.is_dir():
+                    shutil.rmtree(left, ignore_errors=True)
