@@ -321,10 +321,13 @@ def iter_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[M]:
         yield record
 
 
-def numbered_jsonl(path: Path, model: type[M], problems: list[str]) -> Iterator[tuple[int, M]]:
+def numbered_jsonl(
+    path: Path, model: type[M], problems: list[str], *, raw: bytes | None = None
+) -> Iterator[tuple[int, M]]:
     """:func:`iter_jsonl` with each record's line number. The file is read whole (a ``.gz``
-    one decompressed) but its lines are cut one at a time, never all copied at once."""
-    data = read_trace_bytes(path, problems)
+    one decompressed) but its lines are cut one at a time, never all copied at once. ``raw``:
+    the file's bytes as already read (what a cache key was hashed from), not read again."""
+    data = read_trace_bytes(path, problems, raw=raw)
     for number, raw, unterminated in _lines(data):
         if not raw.strip():
             continue
@@ -354,24 +357,28 @@ def _lines(data: bytes) -> Iterator[tuple[int, bytes, bool]]:
         pos = end + 1
 
 
-def read_trace_bytes(path: Path, problems: list[str]) -> bytes:
+def read_trace_bytes(path: Path, problems: list[str], *, raw: bytes | None = None) -> bytes:
     """A trace file's bytes, a ``.gz`` one decompressed. A gzip stream cut short (a killed
     compaction, a partial copy) gives what decompresses, noted in ``problems``; a file that is
     not gzip, or whose compressed data is damaged, is an error naming it."""
     if path.suffix != ".gz":
+        if raw is not None:
+            return raw
         try:
             return path.read_bytes()
         except OSError as exc:
             raise TraceError(f"cannot read ({exc})", path) from exc
     try:
+        if raw is not None:
+            return gzip.decompress(raw)
         with gzip.open(path, "rb") as fh:
             return fh.read()
     except EOFError:
         # A gzip stream cut short: keep what decompresses.
         problems.append(f"{path.name}: compressed stream is truncated; read what was complete")
-        return _read_truncated_gzip(path)
+        return _read_truncated_gzip(path, raw)
     except gzip.BadGzipFile as exc:
-        if not path.read_bytes().startswith(b"\x1f\x8b"):
+        if not (raw if raw is not None else path.read_bytes()).startswith(b"\x1f\x8b"):
             raise TraceError(
                 "is not a gzip file (it does not start with gzip's signature); a .gz trace "
                 "file is written by `sweeper compact`: restore it, or rename it if it is plain "
@@ -393,11 +400,11 @@ def _corrupt_gzip(path: Path, exc: Exception) -> TraceError:
     )
 
 
-def _read_truncated_gzip(path: Path) -> bytes:
+def _read_truncated_gzip(path: Path, raw: bytes | None = None) -> bytes:
     """Everything that decompresses from a gzip file whose end is missing."""
     inflater = zlib.decompressobj(wbits=31)  # 31: expect a gzip header
     try:
-        return inflater.decompress(path.read_bytes())
+        return inflater.decompress(raw if raw is not None else path.read_bytes())
     except zlib.error:
         return b""
 

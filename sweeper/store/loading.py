@@ -20,6 +20,7 @@ a trace set that would not fit is refused with its size, the estimate and the fi
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import operator
 from collections.abc import Callable, Hashable, Iterator
@@ -47,6 +48,7 @@ from sweeper.store.cache import (
 from sweeper.store.columns import ColumnsBuilder, RequestColumns
 from sweeper.store.files import (
     Compacted,
+    TraceSetLock,
     compact_files,
     iter_jsonl,
     metrics_files,
@@ -70,6 +72,12 @@ class TraceSet:
     :attr:`columns` (the same requests as arrays, :class:`RequestColumns`); either is made from
     the other on first use. The analysis reads :attr:`columns`; a large trace set loaded from
     its cache never makes the objects unless a caller asks for :attr:`requests`.
+
+    Editing the requests: assign a new list (``ts.requests = [...]``), or change the list's
+    items (replace, append, remove, sort): :attr:`columns` is made again when the list holds
+    other objects than it was made of. The request objects themselves are read-only here: a
+    field set on one in place (``r.status = "error"``) is not seen by :attr:`columns`; replace
+    it instead (``ts.requests[i] = r.model_copy(update={"status": "error"})``).
     """
 
     def __init__(
@@ -92,7 +100,10 @@ class TraceSet:
         self.cache = cache if cache is not None else CacheReport(why=["not loaded from disk"])
         self._requests = requests if requests is not None or columns is not None else []
         self._columns = columns
-        self._columns_of: tuple[int, int] | None = None  # (id, len) of the list they were made of
+        # What the columns were made of (or made): the list and the objects it held.
+        self._columns_of: tuple[int, int] | None = None
+        if requests is not None and columns is not None:
+            self._columns_of = _fingerprint(requests)
 
     def __repr__(self) -> str:
         return f"TraceSet(path={self.path!r}, run_id={self.run_id!r}, requests={self.count})"
@@ -130,6 +141,7 @@ class TraceSet:
                     self.path,
                 )
             self._requests = cols.to_requests()
+            self._columns_of = _fingerprint(self._requests)
         return self._requests
 
     @requests.setter
@@ -141,11 +153,11 @@ class TraceSet:
     def columns(self) -> RequestColumns:
         """Every request as columns, in the order of :attr:`requests`."""
         reqs = self._requests
-        if reqs is not None and (
-            self._columns is None or self._columns_of != (id(reqs), len(reqs))
-        ):
-            self._columns = RequestColumns.from_requests(reqs)
-            self._columns_of = (id(reqs), len(reqs))
+        if reqs is not None:
+            now = _fingerprint(reqs)
+            if self._columns is None or self._columns_of != now:
+                self._columns = RequestColumns.from_requests(reqs)
+                self._columns_of = now
         assert self._columns is not None
         return self._columns
 
@@ -166,6 +178,12 @@ class TraceSet:
             problems=self.problems,
             cache=self.cache,
         )
+
+
+def _fingerprint(requests: list[RequestTrace]) -> tuple[int, int]:
+    """Which list, holding which objects in which order (~10 ns a request): a list whose items
+    were replaced, added, removed or reordered gives another."""
+    return id(requests), hash(tuple(map(id, requests)))
 
 
 def load_trace_set(folder: Path | str, *, cache: CachePolicy = "auto") -> TraceSet:
@@ -228,12 +246,31 @@ def _has_cache(folder: Path) -> bool:
     return cache_enabled() and meta_of(folder) is not None
 
 
+def being_recorded(folder: Path) -> str | None:
+    """Why ``folder`` is still being recorded (its manifest says ``running``, or a recorder or
+    a compaction holds its lock), as ``sweeper compact`` decides; None when it is not."""
+    try:
+        if read_manifest(folder).status == "running":
+            return "status running"
+    except TraceError:
+        return None
+    try:
+        TraceSetLock(folder, "load it").release()
+    except TraceError:
+        return "in use by another sweeper process"
+    except OSError:
+        return None
+    return None
+
+
 def _load_columns(folder: Path, files: list[Path], *, write: bool, report: CacheReport) -> Cached:
-    """The requests as columns: from a matching cache, else parsed (and cached if ``write``)."""
+    """The requests as columns: from a matching cache, else parsed (and cached if ``write``,
+    unless the trace set is still being recorded: its files are still growing). The key a
+    cache is written with is hashed from the very bytes that were parsed, in the same read."""
     use_cache = cache_enabled()
-    key = files_key(files) if use_cache else []
+    found = meta_of(folder) if use_cache else None
+    key = files_key(files) if found is not None else []
     if use_cache:
-        found = meta_of(folder)
         if found is not None and found[1].get("files") == key:
             meta = found[1]
             known = memory.Size(
@@ -248,15 +285,24 @@ def _load_columns(folder: Path, files: list[Path], *, write: bool, report: Cache
                 known, parse=False, level_chunks=largest if isinstance(largest, int) else None
             )
             _check_need(folder, known, need, cached=True)
+        # With no meta.json that reads, nothing can match: this only says why (and hashes
+        # nothing: the key is made while parsing).
         cached = read_cache(folder, key, report)
         if cached is not None:
             return cached
     else:
         report.why.append("SWEEPER_CACHE=off")
     _check_memory(folder, files, objects=False, report=report)
-    parsed = parse_columns(files)
+    parsed_key: list[dict[str, object]] = []
+    parsed = parse_columns(files, key=parsed_key)
     if use_cache and write:
-        write_cache(folder, key, parsed, report)
+        recording = being_recorded(folder)
+        if recording is not None:
+            report.why.append(
+                f"still being recorded ({recording}): held as columns, no cache written"
+            )
+        else:
+            write_cache(folder, parsed_key, parsed, report)
     return parsed
 
 
@@ -277,15 +323,23 @@ def _check_need(folder: Path, size: memory.Size, need: int, *, cached: bool) -> 
         f"its request files are {memory.gib(size.disk_bytes)} on disk, {about}{size.chunks:,} "
         f"chunks in {about}{size.requests:,} requests"
     )
-    fix = (
-        "free memory or use a machine with more"
-        if cached
-        else (
-            "run `sweeper compact` on it where there is more memory (it writes the columnar "
-            f"cache; loading from it then needs about "
-            f"{memory.gib(memory.columns_need(size, parse=False))}), or use a machine with more"
+    compact = memory.columns_need(size, parse=True)
+    from_cache = memory.gib(memory.columns_need(size, parse=False))
+    if cached:
+        fix = "free memory or use a machine with more"
+    elif compact <= have:
+        # Loading as objects does not fit, but parsing into columns does.
+        fix = (
+            f"load it as columns instead: `sweeper compact` it (which needs about "
+            f"{memory.gib(compact)} here) and load it again (about {from_cache} then)"
         )
-    )
+    else:
+        # `sweeper compact` parses the same way and would be refused here too.
+        fix = (
+            f"free memory, or `sweeper compact` it (which writes the columnar cache) on a "
+            f"machine with at least {memory.gib(compact)} available; loading from that cache "
+            f"then needs about {from_cache}"
+        )
     raise TraceError(
         f"too large to load here: {what}; loading it needs {about}{memory.gib(need)} of memory "
         f"and {memory.gib(have)} is available (nothing was read); {fix}",
@@ -306,14 +360,17 @@ def _read_objects(files: list[Path]) -> tuple[list[RequestTrace], list[str], lis
     return kept, read_problems, judge.problems()
 
 
-def parse_columns(files: list[Path]) -> Cached:
+def parse_columns(files: list[Path], *, key: list[dict[str, object]] | None = None) -> Cached:
     """Every sound request as columns, sorted by send time, parsed line by line from the JSONL
-    without keeping one object per request: what :func:`_read_objects` reads, as arrays."""
+    without keeping one object per request: what :func:`_read_objects` reads, as arrays.
+    ``key``: filled with each file's name, size and SHA-256 (:func:`~sweeper.store.cache.
+    files_key`) hashed from the bytes parsed, read once: a recorder appending meanwhile cannot
+    make a key that describes other bytes than the columns hold."""
     read_problems: list[str] = []
     judge = _Judge()
     builder = ColumnsBuilder()
     keys: list[tuple[int, str]] = []
-    for _, trace in judge.sound(_numbered(files, read_problems)):
+    for _, trace in judge.sound(_numbered(files, read_problems, key)):
         builder.add(trace)
         keys.append((trace.send_ns, trace.request_id))
     order = np.asarray(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
@@ -332,10 +389,22 @@ class _Line:
         return f"{self.file}:{self.line}"
 
 
-def _numbered(files: list[Path], problems: list[str]) -> Iterator[tuple[_Line, RequestTrace]]:
+def _numbered(
+    files: list[Path], problems: list[str], key: list[dict[str, object]] | None = None
+) -> Iterator[tuple[_Line, RequestTrace]]:
     for path in files:
-        for number, trace in numbered_jsonl(path, RequestTrace, problems):
+        raw = None
+        if key is not None:
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                raise TraceError(f"cannot read ({exc})", path) from exc
+            key.append(
+                {"name": path.name, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+            )
+        for number, trace in numbered_jsonl(path, RequestTrace, problems, raw=raw):
             yield _Line(path.name, number), trace
+        del raw
 
 
 # Lines named one by one in TraceSet.problems, per kind of problem; the rest are counted.
