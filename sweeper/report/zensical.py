@@ -32,16 +32,21 @@ the site, a notebook that fails), with ``zensical build --strict`` for the links
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
 import json
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +65,15 @@ from sweeper.report.mkdocs_plugin import (
     VEGA_BUNDLE,
     vega_bundle,
 )
+from sweeper.report.zensical_notebook import (
+    NOTEBOOK_SUFFIX,
+    nav_notebooks,
+    notebook_links,
+    notebook_markdown,
+    notebook_pages,
+)
+
+__all__ = ["build", "build_site", "notebook_links", "notebook_markdown", "notebook_pages"]
 
 log = logging.getLogger("sweeper.report.zensical")
 
@@ -67,9 +81,10 @@ ROOT = Path(__file__).resolve().parents[2]
 WORK_DIR = Path(".cache") / "sweeper" / "zensical"
 LANGUAGE_SCRIPT = "sweeper-zensical.js"
 SITE_MARKER = ".sweeper-zensical"
+# The suffix of the folders a build fills beside the site before it swaps them in.
+_TEMPORARY = ".sweeper-tmp"
 # The plugins Zensical does not have: their work is done here, or is listed as missing.
 DROPPED_PLUGINS = ("sweeper", "i18n", "mkdocs-jupyter")
-NOTEBOOK_SUFFIX = ".ipynb"
 # Executed notebooks, beside mkdocs.yml like the page cache (a build in a fresh work folder, as
 # the tests make, does not execute them again).
 NOTEBOOK_CACHE = Path(".cache") / "sweeper" / "notebooks"
@@ -259,107 +274,6 @@ def _docs_files(docs_dir: Path) -> dict[str, bytes]:
     return files
 
 
-def notebook_markdown(path: Path) -> dict[str, bytes]:
-    """What mkdocs-jupyter does inside ``mkdocs build`` (``execute: true``, ``allow_errors:
-    false``), done beforehand: the notebook executed in its own folder and converted to a
-    Markdown page (``x.ipynb`` -> ``x.md``) with its output images beside it (``x_files/``).
-    Raises :class:`SweeperError` naming the notebook when a cell fails."""
-    import nbformat
-    from nbclient.exceptions import CellExecutionError
-    from nbconvert import MarkdownExporter
-    from nbconvert.preprocessors import ExecutePreprocessor
-
-    notebook = nbformat.read(path, as_version=4)
-    try:
-        ExecutePreprocessor(timeout=600).preprocess(
-            notebook, {"metadata": {"path": str(path.parent)}}
-        )
-    except CellExecutionError as exc:
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the traceback's colours
-        raise SweeperError(f"notebook {path} failed when executed: {plain}") from exc
-    files_dir = f"{path.stem}_files"
-    body, resources = MarkdownExporter().from_notebook_node(
-        notebook, resources={"output_files_dir": files_dir}
-    )
-    out = {f"{path.stem}.md": body.encode("utf-8")}
-    for name, data in (resources.get("outputs") or {}).items():
-        out[name] = data if isinstance(data, bytes) else str(data).encode("utf-8")
-    return out
-
-
-def notebook_pages(docs_dir: Path, traces_dir: Path, cache: Path) -> dict[str, bytes]:
-    """Every notebook of ``docs_dir`` as a Markdown page (:func:`notebook_markdown`), cached in
-    ``cache`` by the notebook, sweeper's code and the trace sets' files (a notebook reads them)."""
-    import hashlib
-    import pickle
-
-    found: dict[str, bytes] = {}
-    for path in sorted(docs_dir.rglob(f"*{NOTEBOOK_SUFFIX}")):
-        relative = path.relative_to(docs_dir)
-        if any(p.startswith(".") for p in relative.parts):
-            continue
-        digest = hashlib.sha256(path.read_bytes())
-        digest.update(site.code_fingerprint(site.PACKAGE_DIR).encode())
-        for folder in site.candidate_folders(traces_dir):
-            for item in sorted(folder.iterdir()):
-                stat = item.stat()
-                digest.update(
-                    f"{folder.name}/{item.name}:{stat.st_size}:{stat.st_mtime_ns};".encode()
-                )
-        cached = (
-            cache / f"{relative.as_posix().replace('/', '__')}.{digest.hexdigest()[:20]}.pickle"
-        )
-        try:
-            converted = pickle.loads(cached.read_bytes())
-        except (OSError, EOFError, pickle.UnpicklingError):
-            converted = notebook_markdown(path)
-            cache.mkdir(parents=True, exist_ok=True)
-            for old in cache.glob(f"{relative.as_posix().replace('/', '__')}.*.pickle"):
-                old.unlink(missing_ok=True)
-            cached.write_bytes(pickle.dumps(converted))
-        parent = relative.parent.as_posix()
-        for name, data in converted.items():
-            found[name if parent == "." else f"{parent}/{name}"] = data
-    return found
-
-
-_NOTEBOOK_LINK = re.compile(r"\]\(([^()\s]*?)\.ipynb((?:#[^()\s]*)?)\)")
-
-
-def notebook_links(text: str, converted: Iterable[str]) -> str:
-    """Links to ``x.ipynb`` made links to its Markdown page ``x.md`` when there is one (by
-    file name: the notebooks of the site have distinct names)."""
-    names = {Path(p).name for p in converted if p.endswith(".md")}
-
-    def page(match: re.Match[str]) -> str:
-        stem = match.group(1)
-        if f"{Path(stem).name}.md" not in names:
-            return match.group(0)
-        return f"]({stem}.md{match.group(2)})"
-
-    return _NOTEBOOK_LINK.sub(page, text)
-
-
-def _nav_notebooks(nav: list[Any], converted: set[str]) -> list[Any]:
-    """Nav entries of notebooks made entries of their Markdown pages (those converted), or
-    left out (those that are not)."""
-    kept: list[Any] = []
-    for item in nav:
-        title, value = (
-            next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, item)
-        )
-        if isinstance(value, list):
-            kept.append({title: _nav_notebooks(value, converted)})
-            continue
-        if isinstance(value, str) and value.endswith(NOTEBOOK_SUFFIX):
-            page = value.removesuffix(NOTEBOOK_SUFFIX) + ".md"
-            if page not in converted:
-                continue
-            value = page
-        kept.append(value if title is None else {title: value})
-    return kept
-
-
 def _translate_nav(nav: list[Any], titles: Mapping[str, str]) -> list[Any]:
     out: list[Any] = []
     for item in nav:
@@ -374,12 +288,17 @@ def _translate_nav(nav: list[Any], titles: Mapping[str, str]) -> list[Any]:
 
 
 def _extend_nav(nav: list[Any], generated: list[str]) -> bool:
-    """The generated pages after ``runs/index.md`` wherever it is listed (as the plugin does)."""
+    """The generated pages after ``runs/index.md`` wherever it is listed, those the nav lists
+    already left where they are (as the plugin's ``_extend_nav`` does: the two copies are to
+    become one function of :mod:`sweeper.report.site`)."""
     index = generated[0]
     for position, item in enumerate(nav):
         value = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else item
         if value == index:
-            nav[position + 1 : position + 1] = generated[1:]
+            present = {
+                v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])
+            }
+            nav[position + 1 : position + 1] = [p for p in generated[1:] if p not in present]
             return True
         if isinstance(value, list) and _extend_nav(value, generated):
             return True
@@ -439,9 +358,11 @@ def language_config(
     ]
     nav = out.get("nav")
     if isinstance(nav, list):
-        nav = _nav_notebooks(copy.deepcopy(nav), set(notebooks))
-        if generated:
-            _extend_nav(nav, generated)
+        nav = nav_notebooks(copy.deepcopy(nav), set(notebooks))
+        if generated and not _extend_nav(nav, generated):
+            log.info(
+                "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"
+            )
         if lang != DEFAULT_LANGUAGE:
             nav = _translate_nav(nav, settings.get("nav_translations") or {})
         out["nav"] = nav
@@ -485,6 +406,22 @@ def _js(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def strict_problems(traces_dir: Path, cache_dir: Path, pages: Mapping[str, str]) -> list[str]:
+    """The problems the sweeper MkDocs plugin warns of (``mkdocs build --strict`` fails on
+    them), in the same words: a trace set left out of the site or findings that failed, a study
+    without a page. (A copy of the plugin's checks in ``on_config``: they are to become one
+    function of :mod:`sweeper.report.site` for both builds.)"""
+    problems = [
+        problem
+        for entry in site.load_entries(traces_dir, cache_dir)
+        for problem in entry.problems()
+    ]
+    for folder in site.study_folders(traces_dir):
+        if site.page_path(f"{site.RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
+            problems.append(f"{folder}: the study has no page (its summary failed)")
+    return problems
+
+
 def prepare(
     work_dir: Path,
     *,
@@ -499,14 +436,10 @@ def prepare(
     project = config_file.resolve().parent
     docs_dir = project / str(config.get("docs_dir", "docs"))
     pages = site.generate_pages(traces_dir, project / PAGE_CACHE)
-    problems = [
-        problem
-        for entry in site.load_entries(traces_dir, project / PAGE_CACHE)
-        for problem in entry.problems()
-    ]
+    problems = strict_problems(traces_dir, project / PAGE_CACHE, pages)
     files = _docs_files(docs_dir)
     try:
-        notebooks = notebook_pages(docs_dir, traces_dir, project / NOTEBOOK_CACHE)
+        notebooks = notebook_pages(docs_dir, project / NOTEBOOK_CACHE)
     except SweeperError as exc:  # the rest of the site is built; a strict build fails
         problems.append(f"{exc} (the notebook page is left out)")
         notebooks = {}
@@ -555,15 +488,138 @@ def check_out_dir(out_dir: Path) -> Path:
 
 
 def _assemble(out_dir: Path, built: Mapping[str, Path]) -> None:
-    """Each language's build copied to its place under ``out_dir`` (``zh/`` inside the English
-    site), replacing what a build before left there."""
-    if check_out_dir(out_dir).exists():
-        shutil.rmtree(out_dir)
-    for lang in sorted(built, key=lambda lg: len(prefix(lg))):
-        shutil.copytree(built[lang], out_dir / prefix(lang), dirs_exist_ok=True)
-    (out_dir / SITE_MARKER).write_text(
-        "Built by sweeper.report.zensical: replaced by every build.\n"
+    """Each language's build copied to its place in a folder beside ``out_dir`` (the marker
+    written first: an interrupted copy leaves a folder the next build knows as its own), then
+    swapped in by renames: ``out_dir`` is the site before or the site after, never half of one.
+    What an interrupted build left beside it is removed first."""
+    check_out_dir(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in out_dir.parent.glob(f".{out_dir.name}.*{_TEMPORARY}"):
+        if (leftover / SITE_MARKER).exists() or not any(leftover.iterdir()):
+            shutil.rmtree(leftover, ignore_errors=True)
+    new = Path(
+        tempfile.mkdtemp(prefix=f".{out_dir.name}.new.", suffix=_TEMPORARY, dir=out_dir.parent)
     )
+    old: Path | None = None
+    try:
+        os.chmod(new, 0o755)  # mkdtemp's folder is private; a site is as readable as the others
+        (new / SITE_MARKER).write_text(
+            "Built by sweeper.report.zensical: replaced by every build.\n"
+        )
+        for lang in sorted(built, key=lambda lg: len(prefix(lg))):
+            shutil.copytree(built[lang], new / prefix(lang), dirs_exist_ok=True)
+        if out_dir.exists():
+            old = new.with_name(new.name.replace(".new.", ".old.", 1))
+            out_dir.rename(old)
+        new.rename(out_dir)
+    except BaseException:
+        if old is not None and not out_dir.exists():
+            old.rename(out_dir)  # the site before, back in its place
+            old = None
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# After SIGTERM to a Zensical build's process group, how long it has before SIGKILL.
+STOP_GRACE_S = 5.0
+
+
+class _Children:
+    """The Zensical processes of a build, each in a process group of its own (as the study's
+    server is, :mod:`sweeper.study.server`); on leaving, normally or by an exception (Ctrl-C,
+    SIGTERM), each group still running gets SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`,
+    and is waited for: no Zensical outlives the build."""
+
+    def __init__(self) -> None:
+        self.running: list[tuple[str, subprocess.Popen[str], float]] = []
+
+    def __enter__(self) -> _Children:
+        return self
+
+    def start(self, lang: str, argv: list[str], *, cwd: Path, env: Mapping[str, str]) -> None:
+        # The interrupt signals held while the process starts and is listed: one that arrives
+        # in between is handled once it is in the list, so it is stopped too.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+        try:
+            process = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,  # its own process group: stopped as one
+                preexec_fn=_in_child(os.getpid(), held),
+            )
+            self.running.append((lang, process, time.perf_counter()))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        live = [p for _, p, _ in self.running if p.poll() is None]
+        for process in live:
+            _signal_group(process.pid, signal.SIGTERM)
+            _signal_group(process.pid, signal.SIGCONT)  # a suspended one (Ctrl-Z) too
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for process in live:
+            _signal_group(process.pid, signal.SIGKILL)  # what is left of the group
+            process.wait()
+        for _, process, _ in self.running:
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+PR_SET_PDEATHSIG = 1
+
+
+def _in_child(parent: int, mask: Iterable[int]) -> Callable[[], None]:
+    """In the child, before exec: the signal mask of before :meth:`_Children.start` (not the
+    interrupts held), SIGTERM when the build's process dies however it dies (``prctl``, as the
+    study's server has), and an exit at once if it died already."""
+
+    def arm() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+@contextlib.contextmanager
+def _interrupt_on_termination() -> Iterator[None]:
+    """While Zensical builds, SIGTERM and SIGHUP do what Ctrl-C does (KeyboardInterrupt, as
+    :func:`sweeper.study.runner.interrupt_on_termination` does for a study): the build's
+    processes are stopped on the way out. Only in the main thread (where signals are handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in _INTERRUPTS - {signal.SIGINT}}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def zensical_command() -> list[str]:
@@ -624,32 +680,29 @@ def build_site(
     result = BuildResult(out_dir, configs, problems=problems)
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     logs: list[str] = []
-    running = []
-    for lang, path in configs.items():
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            # --strict: Zensical's own checks too (a link to a page that does not exist).
-            [*command, "build", "-f", str(path), *(["--strict"] if strict else [])],
-            cwd=path.parent,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        running.append((lang, process, started))
     failed = []
-    for lang, process, started in running:
-        output, _ = process.communicate()
-        result.seconds[lang] = time.perf_counter() - started
-        logs.append(f"[{lang}] {output.strip()}")
-        if process.returncode != 0:
-            failed.append(f"{lang} (exit {process.returncode})")
+    with _interrupt_on_termination(), _Children() as children:
+        for lang, path in configs.items():
+            children.start(
+                lang,
+                # --strict: Zensical's own checks too (a link to a page that does not exist).
+                [*command, "build", "-f", str(path), *(["--strict"] if strict else [])],
+                cwd=path.parent,
+                env=env,
+            )
+        for lang, process, started in children.running:
+            output, _ = process.communicate()
+            result.seconds[lang] = time.perf_counter() - started
+            logs.append(f"[{lang}] {output.strip()}")
+            if process.returncode != 0:
+                failed.append(f"{lang} (exit {process.returncode})")
     result.log = "\n".join(logs)
     if failed:
         raise SweeperError(
             f"zensical build failed for {', '.join(failed)}; its output:\n{result.log}"
         )
-    _assemble(out_dir, {lang: work_dir / lang / "site" for lang in configs})
+    with _interrupt_on_termination():  # an interrupted copy leaves the site before in place
+        _assemble(out_dir, {lang: work_dir / lang / "site" for lang in configs})
     for problem in problems:
         log.warning("sweeper: %s", problem)
     if strict and problems:
