@@ -22,12 +22,18 @@ the work they do inside ``mkdocs build`` is done here beforehand, in a work fold
   links land on the same page in the other language: the chart script reads the site root from
   the page, which here is the root of the page's language;
 - each notebook of the docs is executed and converted to a Markdown page with its outputs
-  (what mkdocs-jupyter does inside ``mkdocs build``), cached in ``.cache/sweeper/notebooks/``.
+  (what mkdocs-jupyter does inside ``mkdocs build``), cached in ``.cache/sweeper/notebooks/``
+  (:mod:`sweeper.report.zensical_notebook`).
+
+The two Zensical builds run at once, each in a process group of its own, stopped (SIGTERM, then
+SIGKILL) when the build is interrupted; the site is filled in a folder beside ``out_dir`` and
+swapped in by renames, so an interrupted build leaves the site before in place.
 
 What this does not do (Zensical 0.0.x has no equivalent; see docs/site.md): mike's version
 selector, ``zensical serve`` regenerating the pages when a trace set lands. The ``--strict``
-checks of the sweeper plugin are :func:`build`'s own (``strict=True``: a trace set left out of
-the site, a notebook that fails), with ``zensical build --strict`` for the links.
+checks of the sweeper plugin are :func:`build`'s own (``strict=True``, :func:`strict_problems`:
+a trace set left out of the site, a study without a page; and a notebook that fails), with
+``zensical build --strict`` for the links.
 """
 
 from __future__ import annotations
@@ -645,8 +651,8 @@ def build(
 ) -> Path:
     """Build the site with Zensical into ``out_dir`` (English) and ``out_dir/zh/`` (Chinese);
     returns ``out_dir``. Raises :class:`SweeperError` when Zensical fails; with ``strict``, also
-    on a warning of Zensical's (``zensical build --strict``: a link to a missing page) and when
-    a trace set was left out of the site (the site is built all the same)."""
+    on a warning of Zensical's (``zensical build --strict``: a link to a missing page) and on
+    what :func:`strict_problems` finds (the site is built all the same)."""
     return build_site(
         out_dir,
         traces_dir=traces_dir,
@@ -738,7 +744,10 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the address it is served from ($SITE_URL, else {DEFAULT_SITE_URL})",
     )
     parser.add_argument(
-        "--strict", action="store_true", help="exit 1 when a trace set was left out of the site"
+        "--strict",
+        action="store_true",
+        help="exit 1 on what mkdocs build --strict fails on (a trace set left out, a study "
+        "without a page, a failing notebook) or a broken link",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
