@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sweeper.analysis.completeness import Completeness, completeness
@@ -88,11 +89,13 @@ FAILURE_MESSAGE_CHARS = 300
 def failure_groups(ts: TraceSet) -> list[FailureGroup]:
     """The failed measured requests of a trace set by (status, kind, HTTP status), most first."""
     groups: dict[tuple[str, str | None, int | None], list[RequestTrace]] = {}
-    for r in ts.requests:
-        if r.phase == "measured" and r.status != "ok":
-            error = r.error
-            key = (r.status, error.kind if error else None, error.http_status if error else None)
-            groups.setdefault(key, []).append(r)
+    # Only the failed requests become objects: a large trace set held as columns stays columns.
+    cols = ts.columns
+    failed = np.flatnonzero(cols.is_("phase", "measured") & ~cols.is_("status", "ok"))
+    for r in cols.to_requests(failed.tolist()):
+        error = r.error
+        key = (r.status, error.kind if error else None, error.http_status if error else None)
+        groups.setdefault(key, []).append(r)
     out = []
     for (status, kind, http_status), rs in groups.items():
         messages: list[str] = []

@@ -54,3 +54,20 @@ def test_a_change_anywhere_in_the_package_invalidates_cached_pages(tmp_path: Pat
         after = site.code_fingerprint(package)
         assert after != before, changed
         before = after
+
+
+def test_a_run_held_as_columns_gets_its_page_data_without_objects(tmp_path: Path) -> None:
+    """A large trace set loaded as columns stays columns through a page's data: only the failed
+    requests become objects (for the failures table), and the groups are those of the objects."""
+    from sweeper.report.run_report import failure_groups
+    from sweeper.testing.factories import write_synthetic_run
+
+    levels = [SyntheticLevel(1, 50, 10, requests=12), SyntheticLevel(4, 60, 12, failures=3)]
+    folder = write_synthetic_run(tmp_path, "failing", levels, output_len=32)
+    ts = load_trace_set(folder, cache="always")
+    assert not ts.has_objects
+    data = collect_run(ts)
+    assert not ts.has_objects
+    groups = failure_groups(load_trace_set(folder, cache="off"))
+    assert sum(g.count for g in groups) == 3
+    assert groups == failure_groups(ts) == data.failures
