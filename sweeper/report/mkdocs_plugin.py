@@ -98,22 +98,6 @@ def vega_bundle(folder: Path | None = None) -> Path:
     return path
 
 
-def _extend_nav(nav: list[Any], generated: list[str]) -> bool:
-    """Put the generated pages after the index entry (``runs/index.md``) wherever it is listed."""
-    index = generated[0]
-    for position, item in enumerate(nav):
-        value = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else item
-        if value == index:
-            present = {
-                v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])
-            }
-            nav[position + 1 : position + 1] = [p for p in generated[1:] if p not in present]
-            return True
-        if isinstance(value, list) and _extend_nav(value, generated):
-            return True
-    return False
-
-
 class SweeperPluginConfig(Config):
     traces_dir = config_options.Type(str, default="traces")
     enabled = config_options.Type(bool, default=True)
@@ -171,7 +155,7 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         for folder in site.study_folders(self.traces_path):
             if site.page_path(f"{site.RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
                 log.warning("sweeper: %s: the study has no page (its summary failed)", folder)
-        if config.nav is not None and not _extend_nav(config.nav, site.generated_nav(pages)):
+        if config.nav is not None and not site.extend_nav(config.nav, site.generated_nav(pages)):
             log.info(
                 "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"
             )

@@ -37,6 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
@@ -821,6 +822,24 @@ def generated_nav(pages: Mapping[str, str]) -> list[str]:
     groups = [p for p in paths if p.startswith(f"{GROUPS_DIR}/") and p.count("/") == 3]
     compare = [p for p in paths if p.startswith(f"{COMPARE_DIR}/")]
     return [index, *groups, *compare]
+
+
+def extend_nav(nav: list[Any], generated: list[str]) -> bool:
+    """Put the generated pages (:func:`generated_nav`) after the index entry (``runs/index.md``)
+    wherever a configured navigation lists it, leaving those it lists already where they are;
+    False when it lists no index. One rule for both engines (the MkDocs plugin, Zensical)."""
+    index = generated[0]
+    for position, item in enumerate(nav):
+        value = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else item
+        if value == index:
+            present = {
+                v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])
+            }
+            nav[position + 1 : position + 1] = [p for p in generated[1:] if p not in present]
+            return True
+        if isinstance(value, list) and extend_nav(value, generated):
+            return True
+    return False
 
 
 def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:

@@ -293,24 +293,6 @@ def _translate_nav(nav: list[Any], titles: Mapping[str, str]) -> list[Any]:
     return out
 
 
-def _extend_nav(nav: list[Any], generated: list[str]) -> bool:
-    """The generated pages after ``runs/index.md`` wherever it is listed, those the nav lists
-    already left where they are (as the plugin's ``_extend_nav`` does: the two copies are to
-    become one function of :mod:`sweeper.report.site`)."""
-    index = generated[0]
-    for position, item in enumerate(nav):
-        value = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else item
-        if value == index:
-            present = {
-                v for entry in nav for v in (entry.values() if isinstance(entry, dict) else [entry])
-            }
-            nav[position + 1 : position + 1] = [p for p in generated[1:] if p not in present]
-            return True
-        if isinstance(value, list) and _extend_nav(value, generated):
-            return True
-    return False
-
-
 def language_config(
     config: Mapping[str, Any],
     lang: str,
@@ -365,7 +347,7 @@ def language_config(
     nav = out.get("nav")
     if isinstance(nav, list):
         nav = nav_notebooks(copy.deepcopy(nav), set(notebooks))
-        if generated and not _extend_nav(nav, generated):
+        if generated and not site.extend_nav(nav, generated):
             log.info(
                 "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"
             )

@@ -263,7 +263,7 @@ def test_a_missing_traces_folder_is_an_error(tmp_path: Path) -> None:
 
 
 def test_a_nav_listing_a_generated_page_already_gets_no_second_entry() -> None:
-    """As the MkDocs plugin's ``_extend_nav``: a page the nav lists stays where it is."""
+    """As site.extend_nav (both engines): a page the nav lists stays where it is."""
     config = z.read_config(ROOT / "mkdocs.yml")
     generated = ["runs/index.md", "groups/g/index.md", "compare/m/index.md"]
     config["nav"] = [
