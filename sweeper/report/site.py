@@ -25,6 +25,7 @@ rebuilds cost nothing for unchanged runs) and, given a ``cache_dir``, on disk (a
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import html
 import logging
@@ -32,8 +33,10 @@ import multiprocessing as mp
 import os
 import pickle
 import re
+import signal
+import sys
+import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -258,6 +261,17 @@ def _render_slim(folder: Path) -> RunEntry:
     return _slim(_render_entry(folder))
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _render_worker_start() -> None:
+    """A render worker ends with the build: Ctrl-C is the build's to handle (it stops the pool),
+    and on Linux the kernel sends the worker SIGTERM when the build dies, however it dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def _render_all(folders: list[Path], cache_dir: Path | None) -> None:
     """Render the trace sets no cache holds, in ``render_jobs()`` processes when there are
     enough of them (forked: the modules are already imported)."""
@@ -269,14 +283,25 @@ def _render_all(folders: list[Path], cache_dir: Path | None) -> None:
         else:
             _CACHE[folder.resolve()] = (fingerprint, entry)
     jobs = min(render_jobs(), len(todo))
-    if jobs < 2 or len(todo) < PARALLEL_FROM or "fork" not in mp.get_all_start_methods():
+    # Forked only from a process without other threads (under `mkdocs serve` its server and
+    # watcher run: a fork there could copy a lock another thread holds).
+    forkable = "fork" in mp.get_all_start_methods() and threading.active_count() == 1
+    if jobs < 2 or len(todo) < PARALLEL_FROM or not forkable:
         for folder, fingerprint, disk in todo:
             _keep(folder, fingerprint, disk, _render_entry(folder))
         return
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-        entries = pool.map(_render_slim, [f for f, _, _ in todo], chunksize=1)
+    log.info("sweeper: rendering %d trace sets in %d processes", len(todo), jobs)
+    pool = mp.get_context("fork").Pool(jobs, initializer=_render_worker_start)
+    try:
+        entries = pool.imap(_render_slim, [f for f, _, _ in todo], chunksize=1)
         for (folder, fingerprint, disk), entry in zip(todo, entries, strict=True):
             _keep(folder, fingerprint, disk, entry)
+        pool.close()
+    except BaseException:
+        pool.terminate()  # Ctrl-C or an error: the workers stop now, not after the queue
+        raise
+    finally:
+        pool.join()
 
 
 def _render_entry(folder: Path) -> RunEntry:
@@ -444,7 +469,10 @@ def _runs_table(runs: list[RunReport], lang: str, labelled: bool, prefix: str = 
             esc(gpu_title(run.ts, lang) or "–"),
             esc(engine_title(run.ts) or "–"),
             _sortable(
-                fmt_date(run.ts.manifest.started_at, lang), run.ts.manifest.started_at.isoformat()
+                # Seconds since the epoch: the table's script sorts a number as a number (an ISO
+                # date read as a number is its year).
+                fmt_date(run.ts.manifest.started_at, lang),
+                f"{run.ts.manifest.started_at.timestamp():.0f}",
             ),
             _sortable(
                 peak_text,

@@ -4,6 +4,7 @@ console errors, also after Material's instant navigation."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -310,4 +311,21 @@ def test_the_runs_index_sorts_and_filters_by_column(browser: Browser, prefix: st
     assert all(group == sorted(group, reverse=True) for group in peaks())
     browser.page.locator("[data-sweeper-sort='peak']").first.click()
     assert all(group == sorted(group) for group in peaks())
+
+    def dates() -> list[list[float]]:  # seconds since the epoch (an ISO date sorted as its year)
+        return browser.page.evaluate(
+            """() => [...document.querySelectorAll('article table')]
+                 .filter(t => t.querySelector('[data-sweeper-sort]'))
+                 .map(t => [...t.querySelectorAll('tbody tr')].map(r =>
+                      Number(r.children[4].querySelector('[data-sort]').dataset.sort)))"""
+        )
+
+    assert any(len(set(group)) > 1 for group in dates())
+    for _ in range(2):  # both directions, whichever the first click chooses
+        browser.page.locator("[data-sweeper-sort='date']").first.click()
+        groups = dates()
+        assert all(not any(map(math.isnan, g)) for g in groups)
+        assert all(g == sorted(g) for g in groups) or all(
+            g == sorted(g, reverse=True) for g in groups
+        )
     _clean(browser)

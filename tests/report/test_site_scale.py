@@ -6,7 +6,13 @@ lists the groups, not every run."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -150,7 +156,7 @@ def test_the_index_groups_runs_by_model_and_gpu_with_sorting_and_filters(tmp_pat
 
 
 def test_pages_rendered_in_worker_processes_are_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     traces = _runs(tmp_path / "traces")
     monkeypatch.setenv("SWEEPER_JOBS", "1")
@@ -160,9 +166,78 @@ def test_pages_rendered_in_worker_processes_are_the_same(
     monkeypatch.setenv("SWEEPER_JOBS", "2")
     site._CACHE.clear()
     site._LAST.clear()
-    parallel = site.generate_pages(traces, tmp_path / "cache")
+    # The pool is forked only where no other thread runs: this process, if the suite left none.
+    single = threading.active_count() == 1
+    with caplog.at_level(logging.INFO, logger=site.log.name):
+        parallel = site.generate_pages(traces, tmp_path / "cache")
     assert parallel == serial
     assert len(list((tmp_path / "cache").glob("*.pickle"))) == 6
+    rendered_in_workers = "rendering 6 trace sets in 2 processes" in caplog.text
+    assert rendered_in_workers == single
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_render_workers_end_when_the_build_is_killed(tmp_path: Path) -> None:
+    """The build killed with SIGKILL mid-render (no handler of its own runs): its render workers
+    end too (the kernel's PR_SET_PDEATHSIG at once; a worker's queue at its end of file after its
+    run otherwise), none is left waiting for work from a build that is gone (a pool whose
+    workers keep their queue's other end open, as ProcessPoolExecutor's do, leaves them)."""
+    traces = _runs(tmp_path / "traces")
+    probe = (
+        "import logging, sys\n"
+        "from pathlib import Path\n"
+        "from sweeper.report import site\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+        f"site.generate_pages(Path({str(traces)!r}))\n"
+    )
+    env = {**os.environ, "SWEEPER_JOBS": "2"}
+    build = subprocess.Popen(
+        [sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert build.stdout is not None
+        for line in build.stdout:
+            if "rendering 6 trace sets in 2 processes" in line:
+                break
+        else:
+            pytest.fail("the build never started its render workers")
+        deadline = time.monotonic() + 10
+        while len(workers := _children(build.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(workers) >= 2, workers
+        assert all(_alive(w) for w in workers)  # still rendering: six runs take seconds
+        build.kill()
+        build.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if _alive(w)]
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.wait()
+        if build.stdout is not None:
+            build.stdout.close()
 
 
 def test_a_bad_jobs_count_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

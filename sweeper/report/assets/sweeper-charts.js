@@ -183,7 +183,7 @@
         var keep = words.every(function (word) { return text.indexOf(word) >= 0; });
         facets.forEach(function (facet, i) {
           var cell = columns[i] >= 0 ? row.children[columns[i]] : null;
-          if (cell && cell.textContent.trim() !== facet.value) keep = false;
+          if (cell && cell.textContent.trim() !== facet.value.trim()) keep = false;
         });
         row.style.display = keep ? "" : "none";
         if (keep) shown += 1;
