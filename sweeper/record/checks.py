@@ -107,7 +107,7 @@ def self_check(
             f"{lag.p99_ms:.1f} ms, max {lag.max_ms:.1f} ms): ITL there may be inflated "
             "by up to that much (this process or the machine was busy: fewer streams per "
             f"process{scrapes}, or a less loaded machine, would help)"
-            + (f"; {reads.lagged_part(lag.p99_ms)[1]}" if reads else "")
+            + (f"; {reads.lagged_part(lag.p99_ms, loop_lag=True)[1]}" if reads else "")
         )
 
 

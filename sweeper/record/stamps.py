@@ -136,14 +136,18 @@ class StampStats:
             return None
         return percentile([g / NS_PER_MS for g in self.gaps_ns], 99)
 
-    def lagged_part(self, read_delay_p99_ms: float | None) -> tuple[str, str]:
+    def lagged_part(
+        self, read_delay_p99_ms: float | None, *, loop_lag: bool = False
+    ) -> tuple[str, str]:
         """Which part of the recorder lagged, ``"parse"``, ``"send"`` or ``"read"``, and a
         sentence that says so with the figures and what would help. Parse: the process spent
         at least :data:`BUSY_SHARE` of its time handling reads: it is short of CPU for the
         chunks, and more ``--workers`` help. Otherwise the event loop waited on something else
         (other work in the process, or the machine's other processes), and the part named is
         where it showed most: sends (a closed-loop stream's next request left that long, p99,
-        after its last one was read) or reads (bytes waited that long in their sockets)."""
+        after its last one was read) or reads (bytes waited that long in their sockets). With
+        ``loop_lag`` the figure given is the event loop's lag (no kernel stamps to read the
+        sockets' wait from), and it is named so."""
         share = self.busy_share()
         gap = self.gap_p99_ms()
         delay = read_delay_p99_ms or 0.0
@@ -154,7 +158,13 @@ class StampStats:
                 if share is not None
                 else "",
                 f"next requests left {gap:.1f} ms after the last was read (p99)" if gap else "",
-                f"reads waited {delay:.1f} ms (p99)" if read_delay_p99_ms is not None else "",
+                (
+                    f"the event loop lagged {delay:.1f} ms (p99)"
+                    if loop_lag
+                    else f"reads waited {delay:.1f} ms (p99)"
+                )
+                if read_delay_p99_ms is not None
+                else "",
             )
             if text
         )

@@ -148,6 +148,10 @@ def test_the_parts_and_their_figures_merge_from_the_workers() -> None:
     busy_elsewhere.cpu_shares.append(0.95)  # a worker busy with something other than parsing
     part, sentence = busy_elsewhere.lagged_part(2.0)
     assert part == "send" and "busy (95% of a core), more --workers would help" in sentence
+    # Without kernel stamps the figure is the event loop's lag, and it is named so.
+    assert "reads waited 9.0 ms" in quiet.lagged_part(9.0)[1]
+    _, lagged = quiet.lagged_part(9.0, loop_lag=True)
+    assert "the event loop lagged 9.0 ms (p99)" in lagged and "reads waited" not in lagged
 
 
 async def test_the_next_request_is_sent_before_the_last_is_recorded(server: ServerThread) -> None:
