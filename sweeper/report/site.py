@@ -25,7 +25,6 @@ rebuilds cost nothing for unchanged runs) and, given a ``cache_dir``, on disk (a
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import html
 import logging
@@ -34,7 +33,6 @@ import os
 import pickle
 import re
 import signal
-import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -73,6 +71,7 @@ from sweeper.report.run_report import (
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import TraceSet, atomic_write, duplicate_run_ids, load_trace_set
 from sweeper.study.model import STUDY_FILE
+from sweeper.study.server import parent_death_signal
 
 log = logging.getLogger("sweeper.report.site")
 
@@ -261,15 +260,11 @@ def _render_slim(folder: Path) -> RunEntry:
     return _slim(_render_entry(folder))
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
 def _render_worker_start() -> None:
     """A render worker ends with the build: Ctrl-C is the build's to handle (it stops the pool),
     and on Linux the kernel sends the worker SIGTERM when the build dies, however it dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    parent_death_signal()
 
 
 def _render_all(folders: list[Path], cache_dir: Path | None) -> None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import json
 import logging
 import os
@@ -78,6 +77,7 @@ from sweeper.report.zensical_notebook import (
     notebook_markdown,
     notebook_pages,
 )
+from sweeper.study.server import parent_death_signal
 
 __all__ = ["build", "build_site", "notebook_links", "notebook_markdown", "notebook_pages"]
 
@@ -566,7 +566,6 @@ class _Children:
 
 
 _INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-PR_SET_PDEATHSIG = 1
 
 
 def _in_child(parent: int, mask: Iterable[int]) -> Callable[[], None]:
@@ -576,9 +575,7 @@ def _in_child(parent: int, mask: Iterable[int]) -> Callable[[], None]:
 
     def arm() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        with contextlib.suppress(Exception):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        parent_death_signal()
         if os.getppid() != parent:
             os._exit(1)
 

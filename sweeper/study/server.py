@@ -96,14 +96,19 @@ def server_command(template: str, port: int, flags: str) -> tuple[list[str], dic
     return words, env
 
 
+def parent_death_signal() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies, however it dies (Linux
+    ``prctl``; elsewhere nothing). For children sweeper starts: servers, Zensical, render workers."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def _die_with_parent(parent: int) -> Callable[[], None]:
     """In the child, before exec: SIGTERM when the study process dies (however it dies); and if
     it died already, between the fork and this call, exit at once."""
 
     def arm() -> None:
-        with contextlib.suppress(Exception):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        parent_death_signal()
         if os.getppid() != parent:
             os._exit(1)
 
