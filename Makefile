@@ -31,11 +31,11 @@ help:
 $(STAMPS):
 	mkdir -p $@
 
-# The project's own environment: sweeper (editable) with its site and test extras.
+# The project's own environment: sweeper (editable) with its site, test and ray extras.
 $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	[ -x $(VENV)/bin/python ] || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[site,test]'
+	$(VENV)/bin/python -m pip install --quiet -e '.[site,test,ray]'
 	touch $@
 
 install: $(STAMPS)/venv

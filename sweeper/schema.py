@@ -340,12 +340,49 @@ class StampCheck(_Model):
     read_delay_max_ms: float | None = None
 
 
+class ClientNode(_Model):
+    """One host the recorder's workers ran on (``--ray``: a node of the cluster)."""
+
+    host: str | None = None
+    node_id: str | None = Field(default=None, description="Ray's node id.")
+    address: str | None = Field(default=None, description="The node's IP address.")
+    cpus: float | None = Field(default=None, description="CPUs the node offers to the cluster.")
+    workers: list[int] = Field(default_factory=list, description="The workers placed on it.")
+
+
+class ClockOffset(_Model):
+    """One worker's clock against the driver's, measured by round trips (the fastest of them
+    kept): ``offset_ns`` = worker clock - driver clock; the true offset lies within
+    ``uncertainty_ns`` (half that round trip) of it. Send times are mapped onto the driver's
+    clock with it; a request's own timings (TTFT, chunk gaps) are differences on the worker's
+    clock and need none."""
+
+    worker: int
+    concurrency: int | None = Field(
+        default=None, description="The level it was measured before (None: at the start)."
+    )
+    offset_ns: int
+    uncertainty_ns: int
+    samples: int
+
+
 class Client(_Model):
     host: str | None = None
     python: str | None = None
     platform: str | None = None
     libraries: dict[str, str] = Field(default_factory=dict)
     workers: int = 1
+    mode: Literal["local", "workers", "ray"] | None = Field(
+        default=None,
+        description='Where the requests were sent from: "local" (this process), "workers" '
+        '(--workers processes of this host) or "ray" (Ray actors over a cluster\'s nodes).',
+    )
+    ray_address: str | None = Field(default=None, description="The cluster joined (--ray).")
+    nodes: list[ClientNode] = Field(default_factory=list)
+    clock_offsets: list[ClockOffset] = Field(default_factory=list)
+    lost_workers: list[str] = Field(
+        default_factory=list, description="Workers lost during the run, in words."
+    )
     http_client: str | None = Field(
         default=None,
         description='What streamed the requests: "raw" (sweeper\'s HTTP/1.1 client) or "httpx".',
@@ -458,6 +495,7 @@ ErrorKind = Literal[
     "malformed",  # a data line that is not valid JSON or not an OpenAI chunk
     "server_error",  # an error object inside the stream
     "cancelled",  # cancelled by the user (Ctrl-C) or by the importing tool
+    "worker_lost",  # the recorder worker (or its node) running it was lost mid-request
     "other",
 ]
 

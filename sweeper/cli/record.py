@@ -364,7 +364,26 @@ def _warmup(value: str) -> int | None:
     default=1,
     metavar="N",
     help="Recorder processes to spread each level's streams over (one event loop each), for "
-    "hundreds of streams or more; e.g. --workers 4.",
+    "hundreds of streams or more; e.g. --workers 4. With --ray: the Ray actors, spread over "
+    "the cluster's nodes.",
+)
+@click.option(
+    "--ray",
+    "ray",
+    metavar="ADDRESS|auto",
+    default=None,
+    help="Run the --workers as Ray actors over a cluster's nodes (pip install 'sweeper[ray]' "
+    "on each): ADDRESS joins a running cluster (e.g. 10.0.0.1:6379, left running after); auto "
+    "joins the one this host belongs to, or starts a local one and stops it at the end. The "
+    "requests come back to this process, which writes the trace set (docs/record.md, 'Past "
+    "one machine').",
+)
+@click.option(
+    "--worker-cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    metavar="CPUS",
+    help="CPUs each --ray worker reserves on its node (the placement group's bundle).",
 )
 @click.option(
     "--http-client",

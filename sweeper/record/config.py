@@ -103,6 +103,8 @@ class RecordConfig:
     ignore_eos: bool = True
     shared_prefix: bool = False
     workers: int = 1
+    ray: str | None = None  # --ray ADDRESS|auto: the workers as Ray actors over the cluster
+    worker_cpus: float = 1.0  # --worker-cpus: CPUs each Ray worker reserves
     command: list[str] | None = None
     http_client: Literal["raw", "httpx"] = "raw"  # what streams (probes and scrapes: httpx)
     # The fields the user set (the CLI: options given on the command line or from the
@@ -132,7 +134,13 @@ class RecordConfig:
             )
         if self.workers < 1:
             raise ConfigError(f"--workers {self.workers} must be at least 1")
-        if self.workers > 1 and self.max_concurrency is not None:
+        if self.worker_cpus <= 0:
+            raise ConfigError(
+                f"--worker-cpus {self.worker_cpus:g} must be a positive number of CPUs (e.g. 1)"
+            )
+        if self.ray is not None and not self.ray.strip():
+            raise ConfigError("--ray needs a cluster address (e.g. 10.0.0.1:6379) or auto")
+        if (self.workers > 1 or self.ray) and self.max_concurrency is not None:
             raise ConfigError(
                 f"--max-concurrency with --workers {self.workers}: one cap on requests in flight "
                 "cannot be kept across recorder processes; pass --workers 1, or leave out "

@@ -40,8 +40,6 @@ from sweeper.record.schedule import resumed_offsets, send_on_schedule
 from sweeper.record.sessions import closed_conversations, conversations, open_conversations
 from sweeper.record.stamps import StampStats
 from sweeper.record.workers import (
-    WORKER_LEAD_NS,
-    WORKER_LEAD_PER_SPEC_NS,
     LevelResult,
     WorkerPool,
 )
@@ -282,7 +280,7 @@ async def _open_level(
     (the workers': shortly, once each has its share); a resumed level's missing requests keep
     their offsets, shifted so the first is due at once (:func:`resumed_offsets`)."""
     run = sweep.run
-    lead = WORKER_LEAD_NS + WORKER_LEAD_PER_SPEC_NS * len(specs) if pool is not None else 0
+    lead = pool.lead_ns(len(specs)) if pool is not None else 0
     start = run.now_ns() + lead
     for spec, offset in zip(specs, resumed_offsets([s.offset_ns for s in specs]), strict=True):
         spec.scheduled_ns = start + offset

@@ -61,6 +61,8 @@ from sweeper.record.serverinfo import (
     tokenizer_counter,
 )
 from sweeper.record.workers import (
+    LocalTransport,
+    Transport,
     WorkerPool,
     WorkerSettings,
 )
@@ -296,10 +298,12 @@ async def _record(
     lag_task = asyncio.create_task(sweep.lag.run())
     pool: WorkerPool | None = None
     clean = False
+    manifest.client.mode = "ray" if config.ray else "workers" if config.workers > 1 else "local"
     try:
-        if config.workers > 1:
+        if config.workers > 1 or config.ray:
             pool = _worker_pool(run, headers, "httpx" if streamer is client else "raw")
             await pool.start()
+            _describe_workers(run, pool.transport)
         await run_levels(sweep, pool)
         manifest.status = "complete"
         clean = True
@@ -318,6 +322,7 @@ async def _record(
         if pool is not None:
             pool.close(cancel=not clean)
             shaper.dropped |= pool.dropped
+            manifest.client.lost_workers = pool.lost
         sweep.lag.stop()
         if scrape_task is not None:
             scraper.stop()
@@ -386,11 +391,11 @@ async def _first_scrape(
 
 
 def _worker_pool(run: RunState, headers: dict[str, str], http_client: str) -> WorkerPool:
-    """The ``--workers`` recorder processes (not started yet)."""
+    """The ``--workers`` recorder processes, or (``--ray``) the Ray actors (not started yet)."""
     config = run.config
     run.manifest.client.workers = config.workers
     settings = WorkerSettings(
-        folder=str(run.folder),
+        folder=None if config.ray else str(run.folder),
         origin_ns=run.origin_ns,
         timeout_s=config.timeout_s,
         headers=headers,
@@ -404,7 +409,28 @@ def _worker_pool(run: RunState, headers: dict[str, str], http_client: str) -> Wo
             )
         ),
     )
-    return WorkerPool(config.workers, settings, run.warn)
+    transport: Transport
+    if config.ray:
+        from sweeper.record.ray_pool import RayTransport
+
+        transport = RayTransport(config.ray, config.workers, config.worker_cpus, settings)
+        run.manifest.client.ray_address = strip_credentials(config.ray)
+    else:
+        transport = LocalTransport(config.workers, settings)
+    write = None if transport.workers_write else run.writer.append_request
+    return WorkerPool(transport, run.warn, write=write, clock=run.clock, origin_ns=run.origin_ns)
+
+
+def _describe_workers(run: RunState, transport: Transport) -> None:
+    """The manifest's client section: the nodes the workers run on and their clocks (the
+    offsets list is the transport's own, so that each level's measure lands in it)."""
+    nodes = getattr(transport, "nodes", None)
+    if nodes is None:
+        return
+    client = run.manifest.client
+    client.nodes = list(nodes)
+    client.clock_offsets = transport.offsets  # type: ignore[attr-defined]
+    run.save()
 
 
 def _close_manifest(sweep: Sweep) -> None:

@@ -215,6 +215,8 @@ APPLIED: dict[str, Shown] = {
     "timeout_s": lambda c: f"{c.timeout_s:g}",
     "max_error_rate": lambda c: f"{c.max_error_rate:g}",
     "workers": lambda c: str(c.workers),
+    "ray": lambda c: str(c.ray),
+    "worker_cpus": lambda c: f"{c.worker_cpus:g}",
     "http_client": lambda c: c.http_client,
 }
 
@@ -331,6 +333,8 @@ def _inherit_settings(config: RecordConfig, manifest: RunManifest, given: frozen
                     config.server_log = Path(values[-1])
             elif name == "workers":
                 config.workers = int(values[-1])
+            elif name == "ray":
+                config.ray = values[-1]
             elif name == "http_client":
                 config.http_client = "httpx" if values[-1] == "httpx" else "raw"
             else:

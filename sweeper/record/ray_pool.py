@@ -1,0 +1,399 @@
+"""``sweeper record --ray ADDRESS|auto``: the recorder's workers as Ray actors over a cluster.
+
+Past one client host, sweeper runs on Ray rather than on a home-made cluster of its own. The
+driver (the ``sweeper record`` process) joins the cluster (``ray.init(address=...)``; ``auto``
+with no cluster running starts a local one, and stops it at the end), reserves a SPREAD
+placement group of ``--workers`` bundles of ``--worker-cpus`` CPUs, and places one
+:class:`RecorderActor` in each. An actor runs :func:`sweeper.record.workers.run_worker`, the
+same code as a local worker process, in a thread of its own; :class:`RayTransport` is the
+driver's side of it, behind the same :class:`sweeper.record.workers.Transport` as local
+processes.
+
+**Time.** A worker stamps everything on its own host's CLOCK_MONOTONIC. Before each level the
+driver measures every worker's clock against its own by round trips (``clock()`` calls; the
+fastest kept, :func:`best_offset`) and hands the worker the run's origin *on the worker's clock*.
+Send times (the level's timeline, matched against the server's metrics) then land on the
+driver's clock, to within the offset's uncertainty (half that round trip); TTFT and every chunk
+gap are differences on the worker's clock and are exact whatever the offset. Each offset and
+its uncertainty go in the manifest (``client.clock_offsets``).
+
+**Faults.** A drain call to an actor that died (its process killed, its node gone) raises; the
+driver then knows what the worker last said it had in flight, and the pool records those
+requests as failed (``worker_lost``) and hands the rest on (:class:`WorkerPool`).
+
+**Processes.** The actors are the driver's: they die with its Ray job (its end, Ctrl-C, or the
+driver killed, when Ray's owner-based fate sharing takes them). A cluster joined is left
+running; one started by ``auto`` is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.errors import ConfigError, SweeperError
+from sweeper.record.workers import (
+    DRAIN_MAX,
+    LevelJob,
+    Message,
+    WorkerLost,
+    WorkerSettings,
+    local_worker,
+)
+from sweeper.schema import ClientNode, ClockOffset
+from sweeper.version import __version__
+
+RAY_MISSING = (
+    "--ray needs Ray: pip install 'sweeper[ray]' (and sweeper itself, the same version, on "
+    "every node of the cluster)"
+)
+OFFSET_SAMPLES = 15  # round trips per worker and level; the fastest one is kept
+# An actor's drain call gathers messages this long before it answers (or until it has many):
+# few calls, each carrying many requests, keep the relay's CPU small beside the worker's.
+DRAIN_PERIOD_S = 0.1
+POLL_S = 0.2  # longest wait of the driver for any actor
+START_TIMEOUT_S = 120.0  # the placement group and the actors' start
+STOP_GRACE_S = 5.0
+# Auto-started local clusters: a small object store (the traces are small) in /dev/shm.
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(RAY_MISSING) from exc
+    return ray
+
+
+class RecorderActor:
+    """One recorder worker on a node of the cluster (made a Ray actor by :class:`RayTransport`).
+
+    The worker itself is a process of its own that the actor starts, exactly a ``--workers``
+    process (:func:`sweeper.record.workers.local_worker`): a worker's event loop must not share
+    its process, and its GIL, with Ray's own threads, which delay its reads by milliseconds. It
+    exits when the actor does. The actor relays: jobs down, messages up, and keeps what the
+    worker has in flight (from its ``sent`` messages) for the driver to know if it is lost."""
+
+    def __init__(self, index: int, settings: WorkerSettings) -> None:
+        self.index = index
+        self.worker = local_worker(index, settings, report_sent=True)
+        self.in_flight: dict[str, int] = {}
+
+    def ready(self, timeout_s: float) -> dict[str, Any]:
+        """Once the worker has started: where it runs."""
+        import ray
+
+        for kind, _index, *payload in self.worker.wait_ready(timeout_s):
+            if kind == "failed":
+                raise SweeperError(str(payload[0]))
+        return {
+            "host": socket.gethostname(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "address": ray.util.get_node_ip_address(),
+            "pid": self.worker.process.pid,
+            "version": __version__,
+        }
+
+    def clock(self) -> int:
+        return time.monotonic_ns()
+
+    def submit(self, job: LevelJob | None) -> None:
+        self.worker.commands.put(job)
+
+    def stop_sending(self, stop: bool) -> None:
+        if stop:
+            self.worker.stop.set()
+        else:
+            self.worker.stop.clear()
+
+    def drain(self, period_s: float) -> tuple[list[Message], dict[str, int]]:
+        """The messages of the next ``period_s`` (fewer if many come), and the requests in
+        flight then."""
+        out: list[Message] = []
+        deadline = time.monotonic() + period_s
+        while len(out) < DRAIN_MAX:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for message in self.worker.take(left):
+                kind, _index, *payload = message
+                if kind == "sent":
+                    self.in_flight[payload[0]] = payload[1]
+                    continue
+                if kind == "trace":
+                    self.in_flight.pop(payload[1], None)
+                out.append(message)
+        if not out and self.worker.process.exitcode is not None:
+            raise SweeperError(f"its worker process exited ({self.worker.process.exitcode})")
+        return out, dict(self.in_flight)
+
+    def finish(self, timeout_s: float) -> list[Message]:
+        """Stop after the jobs under way; the messages they left."""
+        self.worker.commands.put(None)
+        self.worker.process.join(timeout_s)
+        out = [m for m in self.worker.take(0) if m[0] not in ("sent",)]
+        self.worker.close(cancel=True)
+        return out
+
+
+@dataclass
+class _Sample:
+    before_ns: int
+    worker_ns: int
+    after_ns: int
+
+
+def best_offset(samples: list[_Sample]) -> tuple[int, int]:
+    """(offset, uncertainty) in ns from round trips: the worker's reading against the middle of
+    the fastest round trip; the true offset lies within half that round trip of it."""
+    best = min(samples, key=lambda s: s.after_ns - s.before_ns)
+    middle = (best.before_ns + best.after_ns) // 2
+    return best.worker_ns - middle, (best.after_ns - best.before_ns + 1) // 2
+
+
+class RayTransport:
+    """The driver's side of ``--ray``: ``count`` :class:`RecorderActor` s in a SPREAD placement
+    group; every request travels back to the driver, which writes it."""
+
+    workers_write = False
+    lead_ns = 300_000_000  # the round trips of the clock offsets, then the jobs over the network
+
+    def __init__(
+        self,
+        address: str,
+        count: int,
+        worker_cpus: float,
+        settings: WorkerSettings,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.address = address
+        self.count = count
+        self.worker_cpus = worker_cpus
+        self.settings = settings
+        self.clock = clock
+        self.started_cluster = False
+        self.nodes: list[ClientNode] = []
+        self.offsets: list[ClockOffset] = []
+        self._actors: list[Any] = []
+        self._infos: list[dict[str, Any]] = []
+        self._alive: set[int] = set()
+        self._drains: dict[int, Any] = {}  # worker -> its drain call under way
+        self._in_flight: dict[int, dict[str, int]] = {}
+        self._group: Any = None
+        self._ray: Any = None
+        self._closed = False
+
+    # -- start ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._start)
+
+    def _start(self) -> None:
+        ray = self._ray = _ray()
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        self._join(ray)
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundles = [{"CPU": self.worker_cpus} for _ in range(self.count)]
+        self._group = placement_group(bundles, strategy="SPREAD", name="sweeper-record")
+        try:
+            ray.get(self._group.ready(), timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            raise ConfigError(
+                f"--workers {self.count} x --worker-cpus {self.worker_cpus:g} needs "
+                f"{self.count * self.worker_cpus:g} CPUs of the Ray cluster at {self.address}, "
+                f"which has {cpus:g} in all (some may be in use); pass fewer --workers, a "
+                "smaller --worker-cpus, or add nodes"
+            ) from None
+        # Threaded: clock() and drain() answer while another call waits.
+        actor_class = ray.remote(max_concurrency=4)(RecorderActor)
+        self._actors = [
+            actor_class.options(
+                num_cpus=self.worker_cpus,
+                max_restarts=0,
+                name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self._group, placement_group_bundle_index=i
+                ),
+            ).remote(i, self.settings)
+            for i in range(self.count)
+        ]
+        try:
+            self._infos = ray.get(
+                [a.ready.remote(START_TIMEOUT_S) for a in self._actors],
+                timeout=START_TIMEOUT_S * 2,
+            )
+        except ray.exceptions.RayError as exc:
+            raise SweeperError(
+                f"the Ray workers did not start: {_first_line(exc)} (is sweeper, with the "
+                "same version, installed on every node?)"
+            ) from exc
+        for index, info in enumerate(self._infos):
+            if info["version"] != __version__:
+                raise ConfigError(
+                    f"recorder worker {index} on {info['host']} runs sweeper {info['version']}, "
+                    f"the driver {__version__}: install the same version on every node"
+                )
+        self._alive = set(range(self.count))
+        self.nodes = self._describe_nodes(ray)
+        # A failure at start (the worker's loop could not begin) shows in the first messages.
+        for index in range(self.count):
+            self._drains[index] = self._actors[index].drain.remote(DRAIN_PERIOD_S)
+        self._measure(None)
+
+    def _join(self, ray: Any) -> None:
+        """Join the cluster at the address; ``auto`` with none running starts a local one."""
+        quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "namespace": "sweeper"}
+        try:
+            ray.init(address=self.address, **quiet)
+            return
+        except ConnectionError as exc:
+            if self.address != "auto":
+                raise ConfigError(
+                    f"--ray {self.address}: no Ray cluster answers there ({_first_line(exc)}); "
+                    "start one (ray start --head on the first node, ray start --address "
+                    "<head>:6379 on the others), or pass --ray auto to start a local one"
+                ) from None
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError(f"--ray {self.address}: {_first_line(exc)}") from None
+        ray.init(
+            include_dashboard=False,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            **quiet,
+        )
+        self.started_cluster = True
+
+    def _describe_nodes(self, ray: Any) -> list[ClientNode]:
+        known = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+        nodes: dict[str, ClientNode] = {}
+        for index, info in enumerate(self._infos):
+            node = nodes.get(info["node_id"])
+            if node is None:
+                about = known.get(info["node_id"], {})
+                node = nodes[info["node_id"]] = ClientNode(
+                    host=info["host"],
+                    node_id=info["node_id"],
+                    address=info["address"],
+                    cpus=about.get("Resources", {}).get("CPU"),
+                )
+            node.workers.append(index)
+        return list(nodes.values())
+
+    # -- the levels -------------------------------------------------------------------------
+
+    async def origins(self, key: int) -> list[int]:
+        offsets = await asyncio.to_thread(self._measure, key)
+        return [self.settings.origin_ns + offset for offset in offsets]
+
+    def _measure(self, key: int | None) -> list[int]:
+        """Each live worker's clock offset, now; a lost worker keeps its last."""
+        ray = self._ray
+        last = {o.worker: o.offset_ns for o in self.offsets}
+        out = []
+        for index, actor in enumerate(self._actors):
+            if index not in self._alive:
+                out.append(last.get(index, 0))
+                continue
+            samples = []
+            try:
+                for _ in range(OFFSET_SAMPLES):
+                    before = self.clock()
+                    reading = ray.get(actor.clock.remote(), timeout=START_TIMEOUT_S)
+                    samples.append(_Sample(before, reading, self.clock()))
+            except ray.exceptions.RayError:
+                out.append(last.get(index, 0))  # lost: the next drain says so
+                continue
+            offset, uncertainty = best_offset(samples)
+            self.offsets.append(
+                ClockOffset(
+                    worker=index,
+                    concurrency=key,
+                    offset_ns=offset,
+                    uncertainty_ns=uncertainty,
+                    samples=len(samples),
+                )
+            )
+            out.append(offset)
+        return out
+
+    def submit(self, index: int, job: LevelJob) -> None:
+        self._actors[index].submit.remote(job)
+
+    def stop_sending(self, stop: bool) -> None:
+        for index in self._alive:
+            self._actors[index].stop_sending.remote(stop)
+
+    def where(self, index: int) -> str:
+        info = self._infos[index] if index < len(self._infos) else {}
+        node = str(info.get("node_id") or "?")[:8]
+        return f"node {info.get('host', '?')} ({node}), pid {info.get('pid', '?')}"
+
+    async def receive(self) -> list[Message]:
+        while True:
+            messages = await asyncio.to_thread(self._receive)
+            if messages:
+                return messages
+
+    def _receive(self) -> list[Message]:
+        ray = self._ray
+        refs = {ref: index for index, ref in self._drains.items()}
+        if not refs:
+            raise SweeperError("no Ray recorder worker is left")
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
+        out: list[Message] = []
+        for ref in ready:
+            index = refs[ref]
+            try:
+                messages, in_flight = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                del self._drains[index]
+                self._alive.discard(index)
+                raise WorkerLost(
+                    index, self.where(index), _first_line(exc),
+                    in_flight=self._in_flight.get(index, {}),
+                ) from None  # fmt: skip
+            self._in_flight[index] = in_flight
+            out.extend(messages)
+            self._drains[index] = self._actors[index].drain.remote(DRAIN_PERIOD_S)
+        return out
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def close(self, *, cancel: bool) -> None:
+        if self._closed or self._ray is None:
+            return
+        self._closed = True
+        ray = self._ray
+        try:
+            if not cancel and self._alive:
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(
+                        [self._actors[i].finish.remote(STOP_GRACE_S) for i in self._alive],
+                        timeout=STOP_GRACE_S * 2,
+                    )
+            for actor in self._actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+            if self._group is not None:
+                from ray.util.placement_group import remove_placement_group
+
+                with contextlib.suppress(Exception):
+                    remove_placement_group(self._group)
+        finally:
+            # Leaves a joined cluster running; stops one that ray.init started here.
+            ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
