@@ -43,6 +43,7 @@ from fidelity import tools as fidelity_tools
 from fidelity.chart import write_charts
 from fidelity.stats import match_sweeper, truth_stats
 from fidelity.tools import (
+    RayTarget,
     ToolLevel,
     Workload,
     aiperf_available,
@@ -52,20 +53,24 @@ from fidelity.tools import (
     run_sweeper,
     run_vllm_bench,
     sweeper_available,
+    sweeper_ray_available,
     sweeper_workers_available,
     vllm_available,
 )
 
 from sweeper.analysis.frames import level_frame
 from sweeper.store import load_trace_set
+from sweeper.testing.ray_cluster import LocalRayCluster, actor_processes
 from sweeper.testing.server import spawn_server
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"  # default --out folder, any CWD
 
-TOOLS = ("sweeper", "sweeper-w2", "sweeper-httpx", "vllm", "aiperf", "guidellm")
+TOOLS = ("sweeper", "sweeper-w2", "sweeper-ray", "sweeper-httpx", "vllm", "aiperf", "guidellm")
 AVAILABLE = {
     "sweeper": sweeper_available,
     "sweeper-w2": sweeper_workers_available,
+    # Two workers as Ray actors on a two-node Ray cluster of this host (both nodes on loopback)
+    "sweeper-ray": sweeper_ray_available,
     "sweeper-httpx": sweeper_available,
     "vllm": vllm_available,
     "aiperf": aiperf_available,
@@ -184,7 +189,13 @@ def _run_tool(
 ) -> list[dict[str, Any]]:
     plan = [(c, _requests(c, factor)) for c in levels]
     results: list[ToolLevel]
-    if tool == "vllm":
+    if tool == "sweeper-ray":
+        console.print("  a Ray cluster of two nodes on this host (ray start, loopback)")
+        with LocalRayCluster(nodes=2, cpus_per_node=2) as cluster:
+            target = RayTarget(cluster.address, cluster.env, _every(actor_processes, 1.0))
+            runner = functools.partial(run_sweeper, workers=2, ray=target)
+            results = _levels_of(tool, runner, work, plan, folder, console)
+    elif tool == "vllm":
         console.print(f"  vllm bench serve: levels {levels} in one process")
         results = run_vllm_bench(work, plan, folder, LEVEL_TIMEOUT_S * len(plan))
     else:
@@ -195,19 +206,7 @@ def _run_tool(
             "aiperf": run_aiperf,
             "guidellm": run_guidellm,
         }
-        runner = runners[tool]
-        results = []
-        for concurrency, requests in plan:
-            console.print(f"  {tool}: concurrency {concurrency}, {requests} requests")
-            level = runner(work, concurrency, requests, folder, LEVEL_TIMEOUT_S)
-            if level.error and tool == "aiperf":
-                # AIPerf's service start-up has failed now and then on a busy 2-core machine.
-                console.print("    AIPerf failed; one more try")
-                level = runner(work, concurrency, requests, folder, LEVEL_TIMEOUT_S)
-            results.append(level)
-            if level.error:
-                console.print(f"    [red]failed[/red]: {level.error[:300]}")
-                break  # a tool that fails one level will not do better at the next
+        results = _levels_of(tool, runners[tool], work, plan, folder, console)
     rows = []
     for level in results:
         truths = [] if level.error else server.truths(level.start_ns, level.end_ns)
@@ -216,6 +215,45 @@ def _run_tool(
         rows.append(_compare(level, truths))
     server.reset()
     return rows
+
+
+def _every(find: Callable[[], list[Any]], period_s: float) -> Callable[[], list[Any]]:
+    """``find``, called at most once a period (a scan of every process costs CPU that would
+    otherwise be counted against the tools)."""
+    last: list[Any] = []
+    when = -math.inf
+
+    def cached() -> list[Any]:
+        nonlocal last, when
+        if time.monotonic() - when >= period_s:
+            last, when = find(), time.monotonic()
+        return last
+
+    return cached
+
+
+def _levels_of(
+    tool: str,
+    runner: Callable[[Workload, int, int, Path, float], ToolLevel],
+    work: Workload,
+    plan: list[tuple[int, int]],
+    folder: Path,
+    console: Console,
+) -> list[ToolLevel]:
+    """A tool's levels, one process each, until one fails."""
+    results = []
+    for concurrency, requests in plan:
+        console.print(f"  {tool}: concurrency {concurrency}, {requests} requests")
+        level = runner(work, concurrency, requests, folder, LEVEL_TIMEOUT_S)
+        if level.error and tool == "aiperf":
+            # AIPerf's service start-up has failed now and then on a busy 2-core machine.
+            console.print("    AIPerf failed; one more try")
+            level = runner(work, concurrency, requests, folder, LEVEL_TIMEOUT_S)
+        results.append(level)
+        if level.error:
+            console.print(f"    [red]failed[/red]: {level.error[:300]}")
+            break  # a tool that fails one level will not do better at the next
+    return results
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

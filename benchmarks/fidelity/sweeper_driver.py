@@ -31,6 +31,7 @@ def main() -> None:
         max_error_rate=1.0,
         workers=spec.get("workers", 1),
         http_client=spec.get("http_client", "raw"),
+        ray=spec.get("ray"),
     )
     folder = record_sweep(config, progress=NullProgress())
     print(f"recorded {folder}")

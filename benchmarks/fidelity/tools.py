@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,11 @@ CPU_SAMPLE_S = 0.05
 def _tree_cpu_s(process: psutil.Process) -> float:
     """CPU seconds of a process and its live descendants."""
     total = 0.0
-    for proc in [process, *process.children(recursive=True)]:
+    try:
+        tree = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return total
+    for proc in tree:
         try:
             times = proc.cpu_times()
         except psutil.Error:
@@ -98,9 +102,14 @@ class ProcessRun:
 
 
 def run_process(
-    command: Sequence[str | Path], log: Path, timeout_s: float, env: dict[str, str] | None = None
+    command: Sequence[str | Path],
+    log: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    also: Callable[[], list[psutil.Process]] | None = None,
 ) -> ProcessRun:
-    """Run to completion, sampling the CPU time of its process tree every 50 ms."""
+    """Run to completion, sampling the CPU time of its process tree every 50 ms (and of the
+    processes ``also`` finds with theirs: the Ray actors, which are the raylet's children)."""
     start_ns = time.monotonic_ns()
     samples: list[tuple[int, float]] = []
     with log.open("w") as out:
@@ -112,7 +121,10 @@ def run_process(
         process = psutil.Process(child.pid)
         deadline = time.monotonic() + timeout_s
         while child.poll() is None:
-            samples.append((time.monotonic_ns(), _tree_cpu_s(process)))
+            cpu = _tree_cpu_s(process)
+            if also is not None:
+                cpu += sum(_tree_cpu_s(other) for other in also())
+            samples.append((time.monotonic_ns(), cpu))
             if time.monotonic() > deadline:
                 child.kill()
             time.sleep(CPU_SAMPLE_S)
@@ -158,6 +170,28 @@ def sweeper_workers_available() -> str | None:
     return None if probe.returncode == 0 else "this sweeper's recorder has no `workers`"
 
 
+@dataclass
+class RayTarget:
+    """A Ray cluster for ``--ray``: its address, the environment that joins it, and how to find
+    the recorder's actors (their CPU is the recorder's too)."""
+
+    address: str
+    env: dict[str, str]
+    actors: Callable[[], list[psutil.Process]]
+
+
+def sweeper_ray_available() -> str | None:
+    """None when this sweeper has ``--ray`` and Ray is installed beside it."""
+    if sweeper_available():
+        return sweeper_available()
+    probe = subprocess.run(
+        [str(SWEEPER_PYTHON), "-c", "import ray, sweeper.record.ray_pool"],
+        capture_output=True,
+        check=False,
+    )
+    return None if probe.returncode == 0 else "no Ray beside sweeper: pip install -e '.[ray]'"
+
+
 def run_sweeper(
     work: Workload,
     concurrency: int,
@@ -166,9 +200,11 @@ def run_sweeper(
     timeout_s: float,
     workers: int = 1,
     http_client: str = "raw",
+    ray: RayTarget | None = None,
 ) -> ToolLevel:
     """sweeper's recorder for one level (``record_sweep``, what ``sweeper record --quiet`` runs);
-    the trace set is read back by the caller. ``http_client="httpx"`` is ``--http-client httpx``."""
+    the trace set is read back by the caller. ``http_client="httpx"`` is ``--http-client httpx``;
+    ``ray``: ``--ray`` on that cluster (its actors' CPU counted with the driver's)."""
     run_id = f"fidelity-c{concurrency}"
     spec = {
         "base_url": work.base_url,
@@ -181,10 +217,15 @@ def run_sweeper(
         "run_id": run_id,
         "workers": workers,
         "http_client": http_client,
+        "ray": ray.address if ray is not None else None,
     }
     command: list[str | Path] = [SWEEPER_PYTHON, SWEEPER_DRIVER, json.dumps(spec)]
-    run = run_process(command, folder / f"{run_id}.log", timeout_s, quiet_env())
+    env = quiet_env() | (ray.env if ray is not None else {})
+    also = ray.actors if ray is not None else None
+    run = run_process(command, folder / f"{run_id}.log", timeout_s, env, also)
     name = "sweeper" if workers == 1 else f"sweeper x{workers}"
+    if ray is not None:
+        name = f"sweeper --ray x{workers}"
     if http_client != "raw":
         name += f" ({http_client})"
     level = ToolLevel(

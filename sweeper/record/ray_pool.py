@@ -32,13 +32,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sweeper.errors import ConfigError, SweeperError
+from sweeper.record.ray_reaper import descendants, start_time
 from sweeper.record.workers import (
     DRAIN_MAX,
     LevelJob,
@@ -63,6 +67,7 @@ START_TIMEOUT_S = 120.0  # the placement group and the actors' start
 STOP_GRACE_S = 5.0
 # Auto-started local clusters: a small object store (the traces are small) in /dev/shm.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+_LINUX = sys.platform.startswith("linux")
 
 
 def _ray() -> Any:
@@ -95,6 +100,7 @@ class RecorderActor:
             if kind == "failed":
                 raise SweeperError(str(payload[0]))
         return {
+            "niceness": _normal_priority(self.worker.process.pid or 0),
             "host": socket.gethostname(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "address": ray.util.get_node_ip_address(),
@@ -144,6 +150,19 @@ class RecorderActor:
         return out
 
 
+def _normal_priority(pid: int) -> int:
+    """Undo Ray's ``worker_niceness`` (15) for the worker and this relay, where allowed (root,
+    CAP_SYS_NICE): at nice 15 any other work on the node delays the worker's reads by tens of
+    milliseconds. The worker's niceness after the attempt."""
+    for target in (pid, 0):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, target, 0)
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return 0
+
+
 @dataclass
 class _Sample:
     before_ns: int
@@ -182,6 +201,7 @@ class RayTransport:
         self.started_cluster = False
         self.nodes: list[ClientNode] = []
         self.offsets: list[ClockOffset] = []
+        self.warnings: list[str] = []  # for the run's warnings, once started
         self._actors: list[Any] = []
         self._infos: list[dict[str, Any]] = []
         self._alive: set[int] = set()
@@ -190,6 +210,8 @@ class RayTransport:
         self._group: Any = None
         self._ray: Any = None
         self._closed = False
+        self._cluster: list[tuple[int, int]] = []  # a local cluster started here: pid, start
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     # -- start ---------------------------------------------------------------------------
 
@@ -199,6 +221,7 @@ class RayTransport:
     def _start(self) -> None:
         ray = self._ray = _ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        before = set(descendants(os.getpid())) if _LINUX else set()
         self._join(ray)
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -238,6 +261,14 @@ class RayTransport:
                 f"the Ray workers did not start: {_first_line(exc)} (is sweeper, with the "
                 "same version, installed on every node?)"
             ) from exc
+        nice = sorted({info["host"] for info in self._infos if info.get("niceness", 0) > 0})
+        if nice:
+            self.warnings.append(
+                f"the Ray workers on {', '.join(nice)} run at a lower priority (nice "
+                f"{max(i.get('niceness', 0) for i in self._infos)}, Ray's worker_niceness) and "
+                "could not be raised: other work on those nodes can delay their reads; start "
+                "the nodes with RAY_worker_niceness=0 (docs/record.md, 'Past one machine')"
+            )
         for index, info in enumerate(self._infos):
             if info["version"] != __version__:
                 raise ConfigError(
@@ -245,6 +276,8 @@ class RayTransport:
                     f"the driver {__version__}: install the same version on every node"
                 )
         self._alive = set(range(self.count))
+        if self.started_cluster and _LINUX:
+            self._watch_cluster(before)
         self.nodes = self._describe_nodes(ray)
         # A failure at start (the worker's loop could not begin) shows in the first messages.
         for index in range(self.count):
@@ -269,9 +302,25 @@ class RayTransport:
         ray.init(
             include_dashboard=False,
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            # Ray starts its workers at nice 15; a recorder's reads must not wait on the rest
+            _system_config={"worker_niceness": 0},
             **quiet,
         )
         self.started_cluster = True
+
+    def _watch_cluster(self, before: set[int]) -> None:
+        """The local cluster's processes, handed to :mod:`sweeper.record.ray_reaper`, which
+        kills them if this process is killed; :meth:`close` stops them in order."""
+        for pid in descendants(os.getpid()):
+            start = start_time(pid)
+            if pid not in before and start is not None:
+                self._cluster.append((pid, start))
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "sweeper.record.ray_reaper", str(os.getpid()),
+             *(f"{pid}:{start}" for pid, start in self._cluster)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
 
     def _describe_nodes(self, ray: Any) -> list[ClientNode]:
         known = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
@@ -392,6 +441,25 @@ class RayTransport:
         finally:
             # Leaves a joined cluster running; stops one that ray.init started here.
             ray.shutdown()
+            self._end_cluster()
+
+    def _end_cluster(self) -> None:
+        """After the shutdown of a cluster started here: what is left of it (the agents, which
+        wait on the GCS for a minute) is stopped now, and the reaper with it."""
+        left = [pid for pid, start in self._cluster if start_time(pid) == start]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while left and time.monotonic() < deadline:
+                left = [pid for pid, start in self._cluster if start_time(pid) == start]
+                time.sleep(0.05)
+            if not left:
+                break
+        if self._reaper is not None:
+            self._reaper.kill()
+            self._reaper.wait()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -430,6 +430,8 @@ def _describe_workers(run: RunState, transport: Transport) -> None:
     client = run.manifest.client
     client.nodes = list(nodes)
     client.clock_offsets = transport.offsets  # type: ignore[attr-defined]
+    for message in getattr(transport, "warnings", []):
+        run.warn(message)
     run.save()
 
 

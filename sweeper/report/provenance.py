@@ -14,6 +14,7 @@ from sweeper.report.markup import esc, table, tr
 from sweeper.report.run_report import model_full_name, model_title
 from sweeper.schema import Fact, Workload
 from sweeper.store import TraceSet
+from sweeper.units import NS_PER_MS
 
 
 def recorded_section(ts: TraceSet, lang: str) -> list[str]:
@@ -74,6 +75,7 @@ def recorded_section(ts: TraceSet, lang: str) -> list[str]:
         "### " + tr(lang, "Workload"),
         table([tr(lang, "What"), tr(lang, "Value")], workload, numeric=False),
     ]
+    blocks += client_blocks(ts, lang)
     if m.labels:
         labels = "\n".join(f"- **{esc(k)}**: {esc(v)}" for k, v in sorted(m.labels.items()))
         blocks += ["### " + tr(lang, "Labels"), labels]
@@ -84,6 +86,96 @@ def recorded_section(ts: TraceSet, lang: str) -> list[str]:
             blocks.append(tr(lang, "As the recorder or importer wrote them, in English:"))
         blocks.append("\n".join(f"- {esc(n)}" for n in warnings))
     return blocks
+
+
+def client_blocks(ts: TraceSet, lang: str) -> list[str]:
+    """Where the requests were sent from, where that was more than one process: the workers,
+    and (``--ray``) the cluster's nodes and each worker's clock against the driver's."""
+    client = ts.manifest.client
+    if client.mode not in ("workers", "ray"):
+        return []
+    if client.mode == "workers":
+        what = tr(lang, "{n} recorder processes on one host").format(n=client.workers)
+    else:
+        what = tr(lang, "{n} Ray workers on {nodes} nodes").format(
+            n=client.workers, nodes=len(client.nodes)
+        )
+    rows = [[tr(lang, "Sent from"), esc(what)]]
+    if client.host:
+        rows.append([tr(lang, "Driver host"), esc(client.host)])
+    if client.ray_address:
+        rows.append([tr(lang, "Ray cluster"), esc(client.ray_address)])
+    blocks = [
+        "### " + tr(lang, "The client"),
+        table([tr(lang, "What"), tr(lang, "Value")], rows, numeric=False),
+    ]
+    if client.nodes:
+        node_rows = [
+            [
+                esc(node.host or "–"),
+                f"<code>{esc((node.node_id or '–')[:12])}</code>",
+                esc(node.address or "–"),
+                fmt_number(node.cpus, lang, digits=0) if node.cpus is not None else "–",
+                esc(", ".join(map(str, node.workers))),
+            ]
+            for node in client.nodes
+        ]
+        blocks.append(
+            table(
+                [
+                    tr(lang, "Node"),
+                    tr(lang, "Ray node id"),
+                    tr(lang, "Address"),
+                    "CPUs",
+                    tr(lang, "Workers"),
+                ],
+                node_rows,
+                numeric=False,
+            )
+        )
+    if client.clock_offsets:
+        blocks += _offset_blocks(ts, lang)
+    if client.lost_workers:
+        blocks.append("\n".join(f"- {esc(text)}" for text in client.lost_workers))
+    return blocks
+
+
+def _offset_blocks(ts: TraceSet, lang: str) -> list[str]:
+    """Per worker: its clock offset to the driver's (largest over the run's measures) and the
+    uncertainty of the measures."""
+    by_worker: dict[int, list[Any]] = {}
+    for offset in ts.manifest.client.clock_offsets:
+        by_worker.setdefault(offset.worker, []).append(offset)
+    rows = []
+    for worker, offsets in sorted(by_worker.items()):
+        widest = max(offsets, key=lambda o: abs(o.offset_ns))
+        rows.append(
+            [
+                str(worker),
+                fmt_number(widest.offset_ns / NS_PER_MS, lang, digits=3),
+                fmt_number(max(o.uncertainty_ns for o in offsets) / NS_PER_MS, lang, digits=3),
+                str(len(offsets)),
+            ]
+        )
+    note = tr(
+        lang,
+        "Each worker's clock against the driver's, measured by round trips before every level "
+        "(the fastest kept; the true offset lies within the uncertainty of it). Send times are "
+        "placed on the driver's clock with it; TTFT and every chunk gap are differences on the "
+        "worker's own clock and do not depend on it.",
+    )
+    return [
+        table(
+            [
+                tr(lang, "Worker"),
+                tr(lang, "Clock offset (ms)"),
+                tr(lang, "Uncertainty (ms)"),
+                tr(lang, "Measures"),
+            ],
+            rows,
+        ),
+        f'<p class="sweeper-note">{html.escape(note)}</p>',
+    ]
 
 
 def fact_rows(ts: TraceSet) -> list[list[str]]:

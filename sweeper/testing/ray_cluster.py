@@ -26,6 +26,7 @@ from types import TracebackType
 import psutil
 
 START_TIMEOUT_S = 90.0
+_SHORT_TMP = "/tmp" if os.path.isdir("/tmp") else None
 STOP_GRACE_S = 3.0
 
 
@@ -48,11 +49,11 @@ def ray_executable() -> str:
 class LocalRayCluster:
     """``with LocalRayCluster(nodes=2) as cluster:`` ... ``cluster.address``."""
 
-    def __init__(self, nodes: int = 2, cpus_per_node: int = 2, root: Path | None = None) -> None:
+    def __init__(self, nodes: int = 2, cpus_per_node: int = 2) -> None:
         self.nodes = nodes
         self.cpus_per_node = cpus_per_node
-        self._own_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="sweeper-ray-")) if root is None else root
+        # Short: Ray's sockets live below it, and a socket's path has at most 107 bytes.
+        self.root = Path(tempfile.mkdtemp(prefix="sweeper-ray-", dir=_SHORT_TMP))
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -79,13 +80,13 @@ class LocalRayCluster:
         common = ["--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus_per_node)]
         head = [
             ray, "start", "--head", "--port", str(self.port), "--include-dashboard=false",
-            "--disable-usage-stats", "--temp-dir", str(self.root / "head"), *common,
+            "--disable-usage-stats", "--temp-dir", str(self.root / "h"), *common,
         ]  # fmt: skip
         self._run(head, env)
         for n in range(1, self.nodes):
             node = [
                 ray, "start", "--address", self.address, "--temp-dir",
-                str(self.root / f"node{n}"), *common,
+                str(self.root / f"n{n}"), *common,
             ]  # fmt: skip
             self._run(node, env)
         self._wait_for_nodes(env)
@@ -150,8 +151,7 @@ class LocalRayCluster:
             except psutil.Error:
                 continue
         psutil.wait_procs(alive, timeout=STOP_GRACE_S)
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def actor_processes(name: str = "RecorderActor") -> list[psutil.Process]:

@@ -35,8 +35,8 @@ WAIT_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
-    with LocalRayCluster(nodes=2, cpus_per_node=2, root=tmp_path_factory.mktemp("ray")) as c:
+def cluster() -> Iterator[LocalRayCluster]:
+    with LocalRayCluster(nodes=2, cpus_per_node=2) as c:
         yield c
     assert not c.processes(), "a Ray process of the test cluster outlived it"
 
