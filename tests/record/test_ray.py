@@ -24,6 +24,7 @@ if importlib.util.find_spec("ray") is None:
 
 from sweeper.record.config import RecordConfig, RequestCount
 from sweeper.record.recorder import record_sweep
+from sweeper.report.provenance import recorded_section
 from sweeper.store import load_trace_set
 from sweeper.testing.ray_cluster import LocalRayCluster, actor_processes
 from sweeper.testing.server import ServerProcess, spawn_server
@@ -130,6 +131,10 @@ def test_two_nodes_record_every_request_once_with_exact_gaps(
     for o in offsets:
         assert abs(o.offset_ns) <= o.uncertainty_ns, o
         assert 0 < o.uncertainty_ns < 50 * NS_PER_MS and o.samples >= 10
+    # The page's "How it was recorded" says where the requests came from.
+    page = "\n".join(recorded_section(ts, "en"))
+    assert "2 Ray workers on 2 nodes" in page and ray_env.address.replace(":", "&#58;") in page
+    assert "Clock offset (ms)" in page
     # ITL: each gap against the server's own write times, at 32 streams, as one process is.
     origin = manifest.clock.origin_monotonic_ns  # type: ignore[union-attr]
     itl_err: list[float] = []
