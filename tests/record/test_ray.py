@@ -251,6 +251,18 @@ def test_a_driver_killed_takes_its_workers_with_it(
         proc.kill()
         proc.communicate(timeout=WAIT_S)
         assert actors and not _gone(actors, 60.0), "a Ray worker outlived its killed driver"
+    # What it wrote is whole, and --resume finishes it on the cluster.
+    with spawn_server(ttft_ms=1, itl_ms=1) as srv:
+        resumed = _sweeper(
+            "record", "--resume", "--run-id", "r", "--out", str(tmp_path), "--base-url",
+            srv.base_url, "--quiet", env=ray_env.env,
+        )  # fmt: skip
+        _, err = resumed.communicate(timeout=WAIT_S)
+        assert resumed.returncode == 0, err
+    ts = load_trace_set(tmp_path / "r")
+    assert ts.manifest.status == "complete" and ts.problems == []
+    ids = [r.request_id for r in ts.requests if r.status != "cancelled"]
+    assert len(ids) == len(set(ids)) == 2 + 200
 
 
 def test_a_cluster_that_cannot_hold_the_workers_is_refused_naming_the_cpus(
@@ -264,3 +276,27 @@ def test_a_cluster_that_cannot_hold_the_workers_is_refused_naming_the_cpus(
 
     with pytest.raises(ConfigError, match=r"--workers 3 x --worker-cpus 2 needs 6 CPUs"):
         record_sweep(config)
+
+
+def test_a_rate_level_keeps_its_schedule_across_the_clocks(
+    ray_env: LocalRayCluster, timed_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Open loop on two Ray workers: each request's due time (on the driver's clock) is met on
+    the worker's, to within the offset's uncertainty and the machine's wake-up delay."""
+    config = RecordConfig(
+        base_url=timed_server.base_url, input_len=24, output_len=8, request_rate=[40.0],
+        requests_per_level=RequestCount(fixed=60), warmup=0, out=tmp_path, run_id="r",
+        scrape_interval_s=0.5, ray=ray_env.address, workers=2,
+    )  # fmt: skip
+    folder = record_sweep(config)
+    ts = load_trace_set(folder)
+    assert ts.manifest.status == "complete"
+    assert len({r.request_id for r in ts.requests}) == len(ts.requests) == 60
+    assert {r.worker for r in ts.requests} == {0, 1}
+    queue_ms = sorted(
+        (r.send_ns - r.scheduled_ns) / NS_PER_MS for r in ts.requests if r.scheduled_ns is not None
+    )
+    assert len(queue_ms) == 60
+    uncertainty_ms = max(o.uncertainty_ns for o in ts.manifest.client.clock_offsets) / NS_PER_MS
+    assert queue_ms[0] >= -uncertainty_ms, "a request was sent before it was due"
+    assert queue_ms[int(0.9 * 59)] < 20.0, queue_ms

@@ -132,3 +132,14 @@ async def test_no_worker_left_is_an_error_naming_the_loss() -> None:
     pool = WorkerPool(transport, lambda _: None)
     with pytest.raises(SweeperError, match="no recorder worker is left"):
         await pool.run_level("u", "completions", 2, _specs(4), lambda _: True)
+
+
+def test_ray_missing_is_a_config_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from sweeper.errors import ConfigError
+    from sweeper.record.ray_pool import _ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'sweeper\[ray\]'"):
+        _ray()
