@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ OFFSET_SAMPLES = 15  # round trips per worker and level; the fastest one is kept
 DRAIN_PERIOD_S = 0.1
 POLL_S = 0.2  # longest wait of the driver for any actor
 START_TIMEOUT_S = 120.0  # the placement group and the actors' start
+ROUND_TRIP_BUDGET_NS = 3_000_000  # a clock round trip, at most, for a rate level's lead
+UNAVAILABLE_RETRIES = 5  # drain calls that may find an actor unreachable before it counts lost
 STOP_GRACE_S = 5.0
 # Auto-started local clusters: a small object store (the traces are small) in /dev/shm.
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -183,7 +186,6 @@ class RayTransport:
     group; every request travels back to the driver, which writes it."""
 
     workers_write = False
-    lead_ns = 300_000_000  # the round trips of the clock offsets, then the jobs over the network
 
     def __init__(
         self,
@@ -212,32 +214,59 @@ class RayTransport:
         self._closed = False
         self._cluster: list[tuple[int, int]] = []  # a local cluster started here: pid, start
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._closing = threading.Event()  # Ctrl-C during the start
+        self._misses: dict[int, int] = {}  # drain calls in a row that found the actor away
+
+    @property
+    def lead_ns(self) -> int:
+        """A rate level's extra lead: the clock round trips (worker after worker), then the jobs
+        over the network."""
+        return 200_000_000 + self.count * OFFSET_SAMPLES * ROUND_TRIP_BUDGET_NS
 
     # -- start ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await asyncio.to_thread(self._start)
+        """Join (or start) the cluster and start the actors. Ctrl-C meanwhile lets the start
+        reach its next step, where it stops, so that :meth:`close` finds all it made."""
+        starting = asyncio.ensure_future(asyncio.to_thread(self._start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            self._closing.set()
+            with contextlib.suppress(BaseException):
+                await starting
+            raise
+
+    def _step(self) -> None:
+        if self._closing.is_set():
+            raise _Closing
 
     def _start(self) -> None:
         ray = self._ray = _ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         before = set(descendants(os.getpid())) if _LINUX else set()
         self._join(ray)
+        if self.started_cluster and _LINUX:
+            self._watch_cluster(before)
+        self._step()
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        need = self.count * self.worker_cpus
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if cpus < need:
+            raise self._too_small(need, cpus)
         bundles = [{"CPU": self.worker_cpus} for _ in range(self.count)]
-        self._group = placement_group(bundles, strategy="SPREAD", name="sweeper-record")
-        try:
-            ray.get(self._group.ready(), timeout=START_TIMEOUT_S)
-        except ray.exceptions.GetTimeoutError:
-            cpus = ray.cluster_resources().get("CPU", 0)
-            raise ConfigError(
-                f"--workers {self.count} x --worker-cpus {self.worker_cpus:g} needs "
-                f"{self.count * self.worker_cpus:g} CPUs of the Ray cluster at {self.address}, "
-                f"which has {cpus:g} in all (some may be in use); pass fewer --workers, a "
-                "smaller --worker-cpus, or add nodes"
-            ) from None
+        self._group = placement_group(bundles, strategy="SPREAD")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            self._step()
+            try:
+                ray.get(self._group.ready(), timeout=1.0)
+                break
+            except ray.exceptions.GetTimeoutError:
+                if time.monotonic() > deadline:
+                    raise self._too_small(need, cpus) from None
         # Threaded: clock() and drain() answer while another call waits.
         actor_class = ray.remote(max_concurrency=4)(RecorderActor)
         self._actors = [
@@ -251,14 +280,18 @@ class RayTransport:
             ).remote(i, self.settings)
             for i in range(self.count)
         ]
+        readies = [a.ready.remote(START_TIMEOUT_S) for a in self._actors]
+        deadline = time.monotonic() + START_TIMEOUT_S * 2
         try:
-            self._infos = ray.get(
-                [a.ready.remote(START_TIMEOUT_S) for a in self._actors],
-                timeout=START_TIMEOUT_S * 2,
-            )
+            while True:
+                self._step()
+                done, _ = ray.wait(readies, num_returns=len(readies), timeout=1.0)
+                if len(done) == len(readies) or time.monotonic() > deadline:
+                    break
+            self._infos = ray.get(readies, timeout=1.0)
         except ray.exceptions.RayError as exc:
             raise SweeperError(
-                f"the Ray workers did not start: {_first_line(exc)} (is sweeper, with the "
+                f"the Ray workers did not start: {_reason(exc)} (is sweeper, with the "
                 "same version, installed on every node?)"
             ) from exc
         nice = sorted({info["host"] for info in self._infos if info.get("niceness", 0) > 0})
@@ -276,8 +309,6 @@ class RayTransport:
                     f"the driver {__version__}: install the same version on every node"
                 )
         self._alive = set(range(self.count))
-        if self.started_cluster and _LINUX:
-            self._watch_cluster(before)
         self.nodes = self._describe_nodes(ray)
         # A failure at start (the worker's loop could not begin) shows in the first messages.
         for index in range(self.count):
@@ -308,12 +339,24 @@ class RayTransport:
         )
         self.started_cluster = True
 
+    def _too_small(self, need: float, cpus: float) -> ConfigError:
+        where = (
+            "the local Ray cluster" if self.started_cluster
+            else f"the Ray cluster at {self.address}"
+        )  # fmt: skip
+        return ConfigError(
+            f"--workers {self.count} x --worker-cpus {self.worker_cpus:g} needs {need:g} CPUs "
+            f"of {where}, which has {cpus:g} in all (some may be in use); pass fewer --workers, "
+            "a smaller --worker-cpus, or add nodes"
+        )
+
     def _watch_cluster(self, before: set[int]) -> None:
-        """The local cluster's processes, handed to :mod:`sweeper.record.ray_reaper`, which
-        kills them if this process is killed; :meth:`close` stops them in order."""
+        """The local cluster's processes (Ray's, new since before ``ray.init``), handed to
+        :mod:`sweeper.record.ray_reaper`, which kills them if this process is killed;
+        :meth:`close` stops them in order."""
         for pid in descendants(os.getpid()):
             start = start_time(pid)
-            if pid not in before and start is not None:
+            if pid not in before and start is not None and _is_ray_process(pid):
                 self._cluster.append((pid, start))
         self._reaper = subprocess.Popen(
             [sys.executable, "-m", "sweeper.record.ray_reaper", str(os.getpid()),
@@ -405,15 +448,27 @@ class RayTransport:
             try:
                 messages, in_flight = ray.get(ref)
             except ray.exceptions.RayError as exc:
+                unavailable = getattr(ray.exceptions, "ActorUnavailableError", ())
+                misses = self._misses.get(index, 0) + 1
+                if isinstance(exc, unavailable) and misses <= UNAVAILABLE_RETRIES:
+                    self._misses[index] = misses  # a network blip: ask again
+                    self._drains[index] = self._actors[index].drain.remote(DRAIN_PERIOD_S)
+                    continue
                 del self._drains[index]
                 self._alive.discard(index)
+                # Gone for good, from here on: whatever of it still runs must not go on
+                # sending the share the others are about to take over.
+                with contextlib.suppress(Exception):
+                    ray.kill(self._actors[index], no_restart=True)
                 raise WorkerLost(
-                    index, self.where(index), _first_line(exc),
+                    index, self.where(index), _reason(exc),
                     in_flight=self._in_flight.get(index, {}),
                 ) from None  # fmt: skip
+            self._misses.pop(index, None)
             self._in_flight[index] = in_flight
             out.extend(messages)
-            self._drains[index] = self._actors[index].drain.remote(DRAIN_PERIOD_S)
+            if not self._closed:  # no Ray call after the shutdown
+                self._drains[index] = self._actors[index].drain.remote(DRAIN_PERIOD_S)
         return out
 
     # -- the end ---------------------------------------------------------------------------
@@ -460,6 +515,32 @@ class RayTransport:
         if self._reaper is not None:
             self._reaper.kill()
             self._reaper.wait()
+
+
+class _Closing(SweeperError):
+    """The start stopped at a step because the run is being stopped."""
+
+    def __init__(self) -> None:
+        super().__init__("stopped while the Ray workers were starting")
+
+
+def _is_ray_process(pid: int) -> bool:
+    """Whether the process is one of Ray's (its command line names Ray), not another child."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            command = fh.read().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"ray" in command
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong inside a Ray call: the task's own exception where there is one (a
+    RayTaskError's first line is only its header), else the error's first line."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and str(cause).strip():
+        return f"{type(cause).__name__}: {_first_line(cause)}"
+    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:

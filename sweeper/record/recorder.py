@@ -322,7 +322,7 @@ async def _record(
         if pool is not None:
             pool.close(cancel=not clean)
             shaper.dropped |= pool.dropped
-            manifest.client.lost_workers = pool.lost
+            manifest.client.lost_workers += pool.lost
         sweep.lag.stop()
         if scrape_task is not None:
             scraper.stop()
@@ -413,7 +413,9 @@ def _worker_pool(run: RunState, headers: dict[str, str], http_client: str) -> Wo
     if config.ray:
         from sweeper.record.ray_pool import RayTransport
 
-        transport = RayTransport(config.ray, config.workers, config.worker_cpus, settings)
+        transport = RayTransport(
+            config.ray, config.workers, config.worker_cpus, settings, clock=run.clock
+        )
         run.manifest.client.ray_address = strip_credentials(config.ray)
     else:
         transport = LocalTransport(config.workers, settings)
@@ -428,8 +430,11 @@ def _describe_workers(run: RunState, transport: Transport) -> None:
     if nodes is None:
         return
     client = run.manifest.client
-    client.nodes = list(nodes)
-    client.clock_offsets = transport.offsets  # type: ignore[attr-defined]
+    # A resumed run keeps its first part's nodes and measures: this part's are added.
+    known = {node.node_id for node in client.nodes}
+    client.nodes += [node for node in nodes if node.node_id not in known]
+    client.clock_offsets += transport.offsets  # type: ignore[attr-defined]
+    transport.offsets = client.clock_offsets  # type: ignore[attr-defined]  # later ones land here
     for message in getattr(transport, "warnings", []):
         run.warn(message)
     run.save()

@@ -215,7 +215,7 @@ APPLIED: dict[str, Shown] = {
     "timeout_s": lambda c: f"{c.timeout_s:g}",
     "max_error_rate": lambda c: f"{c.max_error_rate:g}",
     "workers": lambda c: str(c.workers),
-    "ray": lambda c: str(c.ray),
+    "ray": lambda c: strip_credentials(str(c.ray)),
     "worker_cpus": lambda c: f"{c.worker_cpus:g}",
     "http_client": lambda c: c.http_client,
 }

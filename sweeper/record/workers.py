@@ -57,7 +57,7 @@ from sweeper.schema import RequestError, RequestTrace
 from sweeper.store import TraceSetWriter
 
 START_TIMEOUT_S = 60.0
-PARENT_CHECK_S = 0.5  # how often a worker checks that its parent is still alive
+PARENT_CHECK_S = 0.1  # how often a worker checks that its parent is still alive
 STOP_GRACE_S = 5.0
 POLL_S = 0.2  # longest wait on the result queue before checking on the workers
 DRAIN_MAX = 512  # messages taken at a time
@@ -163,10 +163,14 @@ class Transport(Protocol):
     driver's side (:class:`WorkerPool`) is the same for both."""
 
     count: int
-    lead_ns: int  # a rate level's extra lead for these workers (the clocks measured first)
     # True: each worker appends its requests to its own file; False (workers on other hosts):
     # the driver writes every request it hears of into the run's own file.
     workers_write: bool
+
+    @property
+    def lead_ns(self) -> int:
+        """A rate level's extra lead for these workers (their clocks are measured first)."""
+        ...
 
     async def start(self) -> None: ...
 

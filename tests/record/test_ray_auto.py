@@ -90,3 +90,14 @@ def test_auto_cluster_ends_with_sweeper_killed(tmp_path: Path) -> None:
         proc.communicate(timeout=WAIT_S)
         left = _left(before, timeout_s=60.0)
     assert not left, f"Ray processes outlived a killed sweeper: {sorted(left)}"
+
+
+def test_auto_cluster_too_small_is_refused_and_stopped(tmp_path: Path) -> None:
+    before = _ray_processes()
+    with spawn_server(ttft_ms=5, itl_ms=2) as srv:
+        proc = _record(srv.base_url, tmp_path, "--concurrency", "1", "--workers", "64")
+        _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 1, err
+    assert "--workers 64 x --worker-cpus 1 needs 64 CPUs of the local Ray cluster" in err, err
+    assert "Traceback" not in err
+    assert not _left(before), "the local cluster of a refused run outlived it"
