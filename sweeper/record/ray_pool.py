@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ConfigError, SweeperError
@@ -330,6 +332,7 @@ class RayTransport:
                 ) from None
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"--ray {self.address}: {_first_line(exc)}") from None
+        _token_in_memory()
         ray.init(
             include_dashboard=False,
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,
@@ -515,6 +518,18 @@ class RayTransport:
         if self._reaper is not None:
             self._reaper.kill()
             self._reaper.wait()
+
+
+def _token_in_memory() -> None:
+    """Before starting a local cluster: Ray (2.60) turns token authentication on and, with no
+    token at hand, writes a new one to ~/.ray/auth_token. The cluster listens on the host's
+    address, so it keeps its token; where the user has none, it is a fresh one held in this
+    process's environment (inherited by the cluster's processes) and written nowhere."""
+    if any(os.environ.get(name) for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return
+    if (Path.home() / ".ray" / "auth_token").exists():
+        return
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 class _Closing(SweeperError):

@@ -63,6 +63,8 @@ def _record(base_url: str, out: Path, *extra: str) -> subprocess.Popen[str]:
 
 def test_auto_starts_a_local_cluster_and_stops_it(tmp_path: Path) -> None:
     before = _ray_processes()
+    token_file = Path.home() / ".ray" / "auth_token"
+    had_token = token_file.exists()
     with spawn_server(ttft_ms=5, itl_ms=2) as srv:
         proc = _record(srv.base_url, tmp_path, "--concurrency", "1,4", "--requests-per-level", "8")
         _out, err = proc.communicate(timeout=WAIT_S)
@@ -73,6 +75,8 @@ def test_auto_starts_a_local_cluster_and_stops_it(tmp_path: Path) -> None:
     assert ts.manifest.client.ray_address == "auto"
     assert len(ts.requests) == (1 + 8) + (4 + 8) and all(r.status == "ok" for r in ts.requests)
     assert not _left(before), "a Ray process started by --ray auto outlived sweeper"
+    # The local cluster's token lived in memory: Ray would have written a new one into ~.
+    assert had_token or not token_file.exists(), f"{token_file} was written"
 
 
 def test_auto_cluster_ends_with_sweeper_killed(tmp_path: Path) -> None:
