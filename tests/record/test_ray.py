@@ -4,7 +4,6 @@ server in a process of its own (truth: its write times on the host's CLOCK_MONOT
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import signal
@@ -17,11 +16,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-if importlib.util.find_spec("ray") is None:
-    if os.environ.get("CI"):  # make test installs the ray extra: missing there is a failure
-        raise ImportError("the ray extra is not installed: pip install -e '.[ray]'")
-    pytest.skip("the ray extra is not installed", allow_module_level=True)
-
 from sweeper.record.config import RecordConfig, RequestCount
 from sweeper.record.recorder import record_sweep
 from sweeper.report.provenance import recorded_section
@@ -29,7 +23,9 @@ from sweeper.store import load_trace_set
 from sweeper.testing.ray_cluster import LocalRayCluster, actor_processes
 from sweeper.testing.server import ServerProcess, spawn_server
 from sweeper.units import NS_PER_MS
+from tests.record._ray import require_ray
 
+require_ray()
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 WAIT_S = 120.0
@@ -74,6 +70,34 @@ def _sweeper(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **env},
     )  # fmt: skip
+
+
+def _record(
+    base_url: str, out: Path, cluster: LocalRayCluster, concurrency: str, requests: int, *extra: str
+) -> subprocess.Popen[str]:
+    """``sweeper record --ray`` on the cluster with two workers, in a process of its own."""
+    return _sweeper(
+        "record", "--base-url", base_url, "--input-len", "16", "--output-len", "12",
+        "--concurrency", concurrency, "--requests-per-level", str(requests), "--out", str(out),
+        "--run-id", "r", "--ray", cluster.address, "--workers", "2", "--quiet", *extra,
+        env=cluster.env,
+    )  # fmt: skip
+
+
+def _resume_completes(out: Path, cluster: LocalRayCluster, requests: int) -> None:
+    """``--resume`` of run r against a fast server finishes it, every request once."""
+    with spawn_server(ttft_ms=1, itl_ms=1) as srv:
+        resumed = _sweeper(
+            "record", "--resume", "--run-id", "r", "--out", str(out), "--base-url",
+            srv.base_url, "--quiet", env=cluster.env,
+        )  # fmt: skip
+        _, err = resumed.communicate(timeout=WAIT_S)
+        assert resumed.returncode == 0, err
+    ts = load_trace_set(out / "r")
+    assert ts.manifest.status == "complete" and ts.problems == []
+    assert ts.manifest.client.mode == "ray"
+    ids = [r.request_id for r in ts.requests if r.status != "cancelled"]
+    assert len(ids) == len(set(ids)) == requests
 
 
 def _lines(folder: Path) -> int:
@@ -167,12 +191,7 @@ def test_a_worker_killed_mid_level_is_worker_lost_and_nothing_else_is_lost(
     sweep is in the trace set exactly once."""
     with spawn_server(ttft_ms=5, itl_ms=20) as srv:
         before = {p.pid for p in actor_processes()}
-        proc = _sweeper(
-            "record", "--base-url", srv.base_url, "--input-len", "16", "--output-len", "12",
-            "--concurrency", "1,8", "--requests-per-level", "40", "--out", str(tmp_path),
-            "--run-id", "r", "--ray", ray_env.address, "--workers", "2",
-            "--max-error-rate", "0.5", "--quiet", env=ray_env.env,
-        )  # fmt: skip
+        proc = _record(srv.base_url, tmp_path, ray_env, "1,8", 40, "--max-error-rate", "0.5")
         folder = tmp_path / "r"
         _wait(lambda: _lines(folder) >= (1 + 40) + 20, proc, "half of level 2 was recorded")
         actors = [p for p in actor_processes() if p.pid not in before]
@@ -204,12 +223,7 @@ def test_a_worker_killed_mid_level_is_worker_lost_and_nothing_else_is_lost(
 def test_ctrl_c_of_the_driver_stops_its_workers(ray_env: LocalRayCluster, tmp_path: Path) -> None:
     with spawn_server(ttft_ms=5, itl_ms=40) as srv:
         before = {p.pid for p in actor_processes()}
-        proc = _sweeper(
-            "record", "--base-url", srv.base_url, "--input-len", "16", "--output-len", "12",
-            "--concurrency", "1,4", "--requests-per-level", "40", "--out", str(tmp_path),
-            "--run-id", "r", "--ray", ray_env.address, "--workers", "2", "--quiet",
-            env=ray_env.env,
-        )  # fmt: skip
+        proc = _record(srv.base_url, tmp_path, ray_env, "1,4", 40)
         _wait(lambda: _lines(tmp_path / "r") >= 1 + 40 + 4, proc, "level 2 started")
         actors = {p.pid for p in actor_processes()} - before
         assert len(actors) == 2
@@ -222,17 +236,7 @@ def test_ctrl_c_of_the_driver_stops_its_workers(ray_env: LocalRayCluster, tmp_pa
     assert [lv.status for lv in manifest.levels] == ["complete", "interrupted"]
     assert not _gone(actors), "a Ray worker outlived the Ctrl-C of its driver"
     # What was recorded is whole: --resume finishes it on the cluster.
-    with spawn_server(ttft_ms=5, itl_ms=1) as srv:
-        resumed = _sweeper(
-            "record", "--resume", "--run-id", "r", "--out", str(tmp_path), "--base-url",
-            srv.base_url, "--quiet", env=ray_env.env,
-        )  # fmt: skip
-        _, err = resumed.communicate(timeout=WAIT_S)
-        assert resumed.returncode == 0, err
-    ts = load_trace_set(tmp_path / "r")
-    assert ts.manifest.status == "complete" and ts.manifest.client.mode == "ray"
-    ids = [r.request_id for r in ts.requests if r.status != "cancelled"]
-    assert len(ids) == len(set(ids)) == (1 + 40) + (4 + 40)
+    _resume_completes(tmp_path, ray_env, (1 + 40) + (4 + 40))
 
 
 def test_a_driver_killed_takes_its_workers_with_it(
@@ -240,29 +244,14 @@ def test_a_driver_killed_takes_its_workers_with_it(
 ) -> None:
     with spawn_server(ttft_ms=5, itl_ms=40) as srv:
         before = {p.pid for p in actor_processes()}
-        proc = _sweeper(
-            "record", "--base-url", srv.base_url, "--input-len", "16", "--output-len", "12",
-            "--concurrency", "2", "--requests-per-level", "200", "--out", str(tmp_path),
-            "--run-id", "r", "--ray", ray_env.address, "--workers", "2", "--quiet",
-            env=ray_env.env,
-        )  # fmt: skip
+        proc = _record(srv.base_url, tmp_path, ray_env, "2", 200)
         _wait(lambda: _lines(tmp_path / "r") >= 4, proc, "requests were recorded")
         actors = {p.pid for p in actor_processes()} - before
         proc.kill()
         proc.communicate(timeout=WAIT_S)
         assert actors and not _gone(actors, 60.0), "a Ray worker outlived its killed driver"
     # What it wrote is whole, and --resume finishes it on the cluster.
-    with spawn_server(ttft_ms=1, itl_ms=1) as srv:
-        resumed = _sweeper(
-            "record", "--resume", "--run-id", "r", "--out", str(tmp_path), "--base-url",
-            srv.base_url, "--quiet", env=ray_env.env,
-        )  # fmt: skip
-        _, err = resumed.communicate(timeout=WAIT_S)
-        assert resumed.returncode == 0, err
-    ts = load_trace_set(tmp_path / "r")
-    assert ts.manifest.status == "complete" and ts.problems == []
-    ids = [r.request_id for r in ts.requests if r.status != "cancelled"]
-    assert len(ids) == len(set(ids)) == 2 + 200
+    _resume_completes(tmp_path, ray_env, 2 + 200)
 
 
 def test_a_cluster_that_cannot_hold_the_workers_is_refused_naming_the_cpus(

@@ -3,7 +3,6 @@ it, and stops it; none of its Ray processes outlives it (in order, and killed)."
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -16,12 +15,9 @@ import pytest
 
 from sweeper.store import load_trace_set
 from sweeper.testing.server import spawn_server
+from tests.record._ray import require_ray
 
-if importlib.util.find_spec("ray") is None:
-    if os.environ.get("CI"):  # make test installs the ray extra: missing there is a failure
-        raise ImportError("the ray extra is not installed: pip install -e '.[ray]'")
-    pytest.skip("the ray extra is not installed", allow_module_level=True)
-
+require_ray()
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 WAIT_S = 180.0
