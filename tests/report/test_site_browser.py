@@ -197,23 +197,36 @@ def test_notebook_page_renders_offline(browser: Browser) -> None:
     _clean(browser)
 
 
+RETYPE_WAIT_MS = 3000
+
+
 def search(browser: Browser, query: str) -> list[str]:
     """Material's search box: the addresses of the results it lists for ``query``."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     browser.page.keyboard.press("s")  # Material's shortcut opens the search box
-    browser.page.locator("input.md-search__input").fill(query)
+    box = browser.page.locator("input.md-search__input")
     items = browser.page.locator(".md-search-result__item a")
-    try:  # the index loads in a worker; the count line says when it has answered
-        browser.page.wait_for_function(
-            r"""() => document.querySelectorAll('.md-search-result__item').length > 0 ||
-                     /\d|没有|No matching/.test(
-                       document.querySelector('.md-search-result__meta').innerText)""",
-            timeout=DRAW_TIMEOUT_MS,
-        )
-    except PlaywrightTimeout:
-        meta = browser.page.locator(".md-search-result__meta").inner_text()
-        pytest.fail(f"search for {query!r} did not answer: {meta!r}")
+    # The index loads in a worker; the count line says when it has answered. A query typed
+    # before the index is in can be answered "no match" (a loaded CI machine once was): an
+    # empty answer is asked once more, after the worker has had time to load.
+    for attempt in range(2):
+        if attempt:
+            browser.page.wait_for_timeout(RETYPE_WAIT_MS)
+            box.fill("")
+        box.fill(query)
+        try:
+            browser.page.wait_for_function(
+                r"""() => document.querySelectorAll('.md-search-result__item').length > 0 ||
+                         /\d|没有|No matching/.test(
+                           document.querySelector('.md-search-result__meta').innerText)""",
+                timeout=DRAW_TIMEOUT_MS,
+            )
+        except PlaywrightTimeout:
+            meta = browser.page.locator(".md-search-result__meta").inner_text()
+            pytest.fail(f"search for {query!r} did not answer: {meta!r}")
+        if items.count():
+            break
     return items.evaluate_all("links => links.map(a => a.getAttribute('href'))")
 
 
