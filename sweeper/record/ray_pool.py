@@ -146,13 +146,11 @@ class RecorderActor:
             raise SweeperError(f"its worker process exited ({self.worker.process.exitcode})")
         return out, dict(self.in_flight)
 
-    def finish(self, timeout_s: float) -> list[Message]:
-        """Stop after the jobs under way; the messages they left."""
+    def finish(self, timeout_s: float) -> None:
+        """Stop after the jobs under way (the run is over: nothing is left to relay)."""
         self.worker.commands.put(None)
         self.worker.process.join(timeout_s)
-        out = [m for m in self.worker.take(0) if m[0] not in ("sent",)]
         self.worker.close(cancel=True)
-        return out
 
 
 def _normal_priority(pid: int) -> int:

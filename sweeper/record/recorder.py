@@ -425,17 +425,16 @@ def _worker_pool(run: RunState, headers: dict[str, str], http_client: str) -> Wo
 
 def _describe_workers(run: RunState, transport: Transport) -> None:
     """The manifest's client section: the nodes the workers run on and their clocks (the
-    offsets list is the transport's own, so that each level's measure lands in it)."""
-    nodes = getattr(transport, "nodes", None)
-    if nodes is None:
+    transport's offsets list becomes the manifest's, so that each level's measure lands in it).
+    A resumed run keeps its first part's nodes and measures: this part's are added."""
+    if not transport.nodes:
         return
     client = run.manifest.client
-    # A resumed run keeps its first part's nodes and measures: this part's are added.
     known = {node.node_id for node in client.nodes}
-    client.nodes += [node for node in nodes if node.node_id not in known]
-    client.clock_offsets += transport.offsets  # type: ignore[attr-defined]
-    transport.offsets = client.clock_offsets  # type: ignore[attr-defined]  # later ones land here
-    for message in getattr(transport, "warnings", []):
+    client.nodes += [node for node in transport.nodes if node.node_id not in known]
+    client.clock_offsets += transport.offsets
+    transport.offsets = client.clock_offsets
+    for message in transport.warnings:
         run.warn(message)
     run.save()
 

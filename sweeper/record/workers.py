@@ -53,7 +53,7 @@ from sweeper.record.schedule import send_on_schedule
 from sweeper.record.sessions import closed_conversations, conversations, open_conversations
 from sweeper.record.stamps import StampState, StampStats
 from sweeper.redact import Redactor
-from sweeper.schema import RequestError, RequestTrace
+from sweeper.schema import ClientNode, ClockOffset, RequestError, RequestTrace
 from sweeper.store import TraceSetWriter
 
 START_TIMEOUT_S = 60.0
@@ -166,6 +166,12 @@ class Transport(Protocol):
     # True: each worker appends its requests to its own file; False (workers on other hosts):
     # the driver writes every request it hears of into the run's own file.
     workers_write: bool
+    # For the manifest's client section: the nodes the workers run on, each worker's clock
+    # offsets (appended to as the levels measure them), what to warn of once started. Empty
+    # for local processes (one host, one clock).
+    nodes: list[ClientNode]
+    offsets: list[ClockOffset]
+    warnings: list[str]
 
     @property
     def lead_ns(self) -> int:
@@ -184,10 +190,6 @@ class Transport(Protocol):
 
     async def receive(self) -> list[Message]:
         """The next messages from any worker (at least one); :class:`WorkerLost` for one gone."""
-        ...
-
-    def where(self, index: int) -> str:
-        """Where worker ``index`` runs, for messages (``pid 123``, ``node gpu-2 (1a2b3c4d)``)."""
         ...
 
     def close(self, *, cancel: bool) -> None: ...
@@ -220,13 +222,12 @@ class WorkerPool:
         origin_ns: int = 0,
     ):
         self.transport = transport
-        self.count = transport.count
         self.on_warning = on_warning
         self.write = write  # where the driver writes the requests (workers_write False)
         self.clock = clock
         self.origin_ns = origin_ns
         self.dropped: set[str] = set()
-        self.alive = set(range(self.count))
+        self.alive = set(range(transport.count))
         self.lost: list[str] = []  # what was lost, in words, over the run
 
     async def start(self) -> None:
@@ -439,6 +440,9 @@ class LocalTransport:
     def __init__(self, count: int, settings: WorkerSettings):
         self.count = count
         self.settings = settings
+        self.nodes: list[ClientNode] = []
+        self.offsets: list[ClockOffset] = []
+        self.warnings: list[str] = []
         ctx = multiprocessing.get_context("spawn")
         self._results: Any = ctx.Queue()
         self._stop = ctx.Event()

@@ -24,6 +24,7 @@ from sweeper.testing.ray_cluster import LocalRayCluster, actor_processes
 from sweeper.testing.server import ServerProcess, spawn_server
 from sweeper.units import NS_PER_MS
 from tests.record._ray import require_ray
+from tests.record.test_recorder import _config as recorder_config
 
 require_ray()
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -55,13 +56,12 @@ def timed_server() -> Iterator[ServerProcess]:
 
 
 def _config(base_url: str, out: Path, **changes: object) -> RecordConfig:
-    config = RecordConfig(
-        base_url=base_url, input_len=24, output_len=32, concurrency=[1, 32],
-        requests_per_level=RequestCount(fixed=48), out=out, run_id="r", scrape_interval_s=0.5,
+    """test_recorder's sweep, at 1 and 32 streams, 32 tokens each."""
+    return recorder_config(
+        base_url, out, output_len=32, concurrency=[1, 32],
+        requests_per_level=RequestCount(fixed=48), run_id="r", scrape_interval_s=0.5,
+        **changes,
     )  # fmt: skip
-    for key, value in changes.items():
-        setattr(config, key, value)
-    return config
 
 
 def _sweeper(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
