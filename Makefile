@@ -77,8 +77,9 @@ lint: install
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy sweeper
 
+# The 30 slowest tests are listed at the end: CI's time is watched from them.
 test: deps lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest --durations=30 $(PYTEST_ARGS)
 
 # Without the real vLLM and browser tests: seconds, for a quick check while editing.
 test-fast: install

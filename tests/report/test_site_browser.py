@@ -207,14 +207,16 @@ def search(browser: Browser, query: str) -> list[str]:
     browser.page.keyboard.press("s")  # Material's shortcut opens the search box
     box = browser.page.locator("input.md-search__input")
     items = browser.page.locator(".md-search-result__item a")
-    # The index loads in a worker; the count line says when it has answered. A query typed
-    # before the index is in can be answered "no match" (a loaded CI machine once was): an
-    # empty answer is asked once more, after the worker has had time to load.
+    # Material reads the box on keyup, on focus and when its index worker is ready, not on
+    # `input`: a value set by fill() alone is seen only if one of those comes after it (on a
+    # loaded CI machine none did, and the box stayed "type to start searching"). A key released
+    # in the box, as a typist's last key is, makes it read the value. A query answered before the
+    # index is in can be "no match": an empty answer is asked once more, after a wait.
     for attempt in range(2):
         if attempt:
             browser.page.wait_for_timeout(RETYPE_WAIT_MS)
-            box.fill("")
         box.fill(query)
+        box.press("End")
         try:
             browser.page.wait_for_function(
                 r"""() => document.querySelectorAll('.md-search-result__item').length > 0 ||
