@@ -25,6 +25,7 @@ from sweeper.record.client import (
     RequestShaper,
     RequestSpec,
     StreamClient,
+    open_connections,
     stream_request,
 )
 from sweeper.record.closed import closed_loop
@@ -350,8 +351,10 @@ async def _closed_sessions(
         return
     if warm:
         await _stream_level(sweep, streams, warm, keep, sent.stamps)
+    groups = conversations(measured)
+    await open_connections(sweep.client, sweep.url, min(streams, len(groups)))
     await closed_conversations(
-        conversations(measured), streams, _session_send(sweep, keep, sent), clock=run.clock,
+        groups, streams, _session_send(sweep, keep, sent), clock=run.clock,
         origin_ns=run.origin_ns, think_ms=think_ms,
     )  # fmt: skip
 
@@ -402,6 +405,7 @@ async def _stream_level(
         run.writer.append_request(trace)
         return take(trace)
 
+    await open_connections(sweep.client, sweep.url, min(streams, len(specs)))
     await closed_loop(specs, streams, send, settle, on_gap=stamps.add_gap)
 
 

@@ -43,6 +43,7 @@ from sweeper.record.client import (
     RequestSpec,
     StreamClient,
     default_clock,
+    open_connections,
     stream_request,
 )
 from sweeper.record.closed import Send, closed_loop
@@ -101,6 +102,7 @@ class LevelJob:
     think_ms: float | None = None  # multi-turn: the specs are conversations (None: single)
     job_id: int = 0
     origin_ns: int | None = None  # the run's origin on the worker's clock (None: the settings')
+    connections: int = 0  # open this many before sending (a job with no specs: only that)
 
 
 @dataclass
@@ -206,6 +208,7 @@ class _Job:
     streams: int
     specs: list[RequestSpec]
     done: bool = False
+    connect: bool = False  # only opens the worker's connections for the level
 
 
 class WorkerPool:
@@ -251,18 +254,28 @@ class WorkerPool:
         stopping = False
         result = LevelResult()
 
-        def deal(part: list[RequestSpec], streams: int) -> None:
+        def deal(part: list[RequestSpec], streams: int, connect: bool = False) -> None:
+            """Hand ``part`` out over the workers alive; ``connect``: only ask each to open the
+            connections its share will use."""
             workers = sorted(self.alive)
             shares = _deal(part, streams, len(workers), open_loop, think_ms is not None)
             for (n_streams, mine), index in zip(shares, workers, strict=False):
-                for spec in mine:
-                    spec.worker = index
                 job_id = len(jobs)
-                jobs[job_id] = _Job(index, n_streams, mine)
-                transport.submit(index, LevelJob(
-                    url, endpoint, n_streams, mine, open_loop=open_loop, cap=cap,
-                    think_ms=think_ms, job_id=job_id, origin_ns=origins[index],
-                ))  # fmt: skip
+                jobs[job_id] = _Job(index, n_streams, [] if connect else mine, connect=connect)
+                if connect:
+                    needed = len(conversations(mine)) if think_ms is not None else len(mine)
+                    job = LevelJob(
+                        url, endpoint, n_streams, [], job_id=job_id,
+                        origin_ns=origins[index], connections=min(n_streams, needed),
+                    )  # fmt: skip
+                else:
+                    for spec in mine:
+                        spec.worker = index
+                    job = LevelJob(
+                        url, endpoint, n_streams, mine, open_loop=open_loop, cap=cap,
+                        think_ms=think_ms, job_id=job_id, origin_ns=origins[index],
+                    )  # fmt: skip
+                transport.submit(index, job)
 
         def take(trace: RequestTrace) -> None:
             nonlocal stopping
@@ -273,31 +286,41 @@ class WorkerPool:
                 stopping = True
                 transport.stop_sending(True)
 
+        async def until_done() -> None:
+            while any(not job.done for job in jobs.values()):
+                try:
+                    messages = await transport.receive()
+                except WorkerLost as lost:
+                    if lost.in_flight is None:
+                        raise
+                    self._carry_over(lost, jobs, finished, take, deal, think_ms is not None,
+                                     stopping)  # fmt: skip
+                    continue
+                for kind, _index, *payload in messages:
+                    if kind == "trace":
+                        take(RequestTrace.model_validate_json(payload[0]))
+                    elif kind == "warning":
+                        self.on_warning(payload[0])
+                    elif kind == "dropped":
+                        self.dropped |= set(payload[0])
+                    elif kind == "job_done":
+                        job_id, lag_ms, stamps, late = payload
+                        jobs[job_id].done = True
+                        if not jobs[job_id].connect:
+                            result.lag_ms.extend(lag_ms)
+                            result.stamps.append(stamps)
+                            result.late_ns.extend(late)
+                    elif kind == "failed":
+                        raise SweeperError(f"a recorder worker failed: {payload[0]}")
+
+        if not open_loop and specs:
+            # Every worker's connections open before any sends: one that still opened its own
+            # while the others streamed had its first round queued behind their load at the
+            # server's accept (1.5 s of TTFT at 512 streams over two workers).
+            deal(specs, concurrency, connect=True)
+            await until_done()
         deal(specs, concurrency)
-        while any(not job.done for job in jobs.values()):
-            try:
-                messages = await transport.receive()
-            except WorkerLost as lost:
-                if lost.in_flight is None:
-                    raise
-                self._carry_over(lost, jobs, finished, take, deal, think_ms is not None,
-                                 stopping)  # fmt: skip
-                continue
-            for kind, _index, *payload in messages:
-                if kind == "trace":
-                    take(RequestTrace.model_validate_json(payload[0]))
-                elif kind == "warning":
-                    self.on_warning(payload[0])
-                elif kind == "dropped":
-                    self.dropped |= set(payload[0])
-                elif kind == "job_done":
-                    job_id, lag_ms, stamps, late = payload
-                    jobs[job_id].done = True
-                    result.lag_ms.extend(lag_ms)
-                    result.stamps.append(stamps)
-                    result.late_ns.extend(late)
-                elif kind == "failed":
-                    raise SweeperError(f"a recorder worker failed: {payload[0]}")
+        await until_done()
         return result
 
     def _carry_over(
@@ -604,6 +627,7 @@ async def _worker_loop(
             results.put(("trace", index, line, trace.request_id))
             return not stop.is_set()
 
+        await open_connections(client, job.url, job.connections)
         late = await _run_job(job, send, settle, origin_ns, stop, stamps)
         lag.stop()
         with contextlib.suppress(asyncio.CancelledError):

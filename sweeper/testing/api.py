@@ -98,6 +98,7 @@ class ScriptedServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
         self._counter = 0
+        self.accepted_ns: list[int] = []  # when each connection was taken up (monotonic ns)
         self.port = self.config.port
         self.metrics = VllmMetrics(self.config, self._engine_state)
         self.prefix_cache = PrefixCache(self.config.block_size, self.config.num_blocks)
@@ -127,8 +128,9 @@ class ScriptedServer:
             await self._engine.close()
 
     def reset(self) -> None:
-        """Forget the truth recorded so far."""
+        """Forget the truth and the connections recorded so far."""
         self.truths.clear()
+        self.accepted_ns.clear()
 
     # -- connection loop --------------------------------------------------------------------
 
@@ -138,6 +140,7 @@ class ScriptedServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self.accepted_ns.append(time.monotonic_ns())
         conn = Connection(reader, writer)
         try:
             while True:

@@ -204,6 +204,10 @@ class ServerThread:
         )
         return result
 
+    def accepted_ns(self) -> list[int]:
+        """When each connection was taken up (monotonic ns), in order."""
+        return list(self.call(lambda: list(self._server.accepted_ns)))
+
     def reset(self) -> None:
         self.call(self._server.reset)
 

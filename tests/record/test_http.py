@@ -212,6 +212,91 @@ async def test_a_connection_closed_at_the_moment_of_reuse_is_retried_once() -> N
     assert client.connects == 2 and len(heads) == 3
 
 
+async def test_connections_opened_ahead_are_the_ones_the_requests_use() -> None:
+    """``open_idle`` opens up to the asked number (counting those already idle); the requests
+    after it take them, and open none of their own."""
+    async with _canned(lambda c, n: _chunked(_sse_body())) as (url, heads), RawClient() as client:
+        assert await client.open_idle(url, STREAMS) == STREAMS
+        assert await client.open_idle(url, STREAMS) == 0  # all idle already
+        assert client.connects == STREAMS and heads == []  # opened, nothing sent yet
+        traces = await asyncio.gather(*(_stream(client, url, f"ahead-{i}") for i in range(STREAMS)))
+        assert [t.status for t in traces] == ["ok"] * STREAMS
+        assert client.connects == STREAMS and len(heads) == STREAMS
+        assert await client.open_idle(url, STREAMS + 1) == 1
+        assert client.connects == STREAMS + 1
+
+
+async def test_connections_that_cannot_be_opened_ahead_are_the_requests_errors() -> None:
+    """Nothing listening: opening ahead opens none and raises nothing; the request that needs
+    the connection meets the refusal and records it as a connect error."""
+    srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    srv.close()
+    await srv.wait_closed()
+    url = f"http://127.0.0.1:{port}"
+    async with RawClient() as client:
+        assert await client.open_idle(url, 2) == 0
+        trace = await _stream(client, url, "refused")
+    assert trace.status == "error" and trace.error is not None
+    assert trace.error.kind == "connect", trace.error
+
+
+def test_a_closed_loop_level_opens_its_connections_before_its_first_send(
+    server: ServerThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A level of C streams has its C connections open before its first request is sent, so no
+    request of its first round is timed through a TCP handshake (docs/fidelity.md); the next
+    level opens only the ones it lacks."""
+    events: list[str] = []
+
+    class LoggingRawClient(RawClient):
+        async def _connect(self, origin: Any) -> Any:
+            events.append("connect")
+            return await super()._connect(origin)
+
+        def post(self, *args: Any, **kwargs: Any) -> Any:
+            events.append("send")
+            return super().post(*args, **kwargs)
+
+    monkeypatch.setattr(recorder, "RawClient", LoggingRawClient)
+    config = RecordConfig(
+        base_url=server.base_url, input_len=8, output_len=2, concurrency=[3, 5],
+        requests_per_level=RequestCount(fixed=10), warmup=0, out=tmp_path, run_id="ahead",
+        metrics_urls=[],
+    )  # fmt: skip
+    ts = load_trace_set(recorder.record_sweep(config))
+    assert len(ts.requests) == 20 and all(r.status == "ok" for r in ts.requests)
+    first_level = events[: events.index("send") + 10]
+    assert first_level[:3] == ["connect"] * 3 and first_level[3:] == ["send"] * 10, events
+    second_level = events[len(first_level) :]
+    assert second_level[:2] == ["connect"] * 2 and second_level[2:] == ["send"] * 10, events
+
+
+def test_workers_open_every_connection_before_a_level_sends(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """With two worker processes, the server takes up no connection while a level's requests
+    arrive: every worker opened its share before any of them sent (a worker still opening its
+    own while the other streamed had its first round queued behind that load)."""
+    server.reset()
+    config = RecordConfig(
+        base_url=server.base_url, input_len=8, output_len=4, concurrency=[4, 8],
+        requests_per_level=RequestCount(fixed=16), warmup=0, out=tmp_path, run_id="w2",
+        metrics_urls=[], workers=2,
+    )  # fmt: skip
+    ts = load_trace_set(recorder.record_sweep(config))
+    assert len(ts.requests) == 32 and all(r.status == "ok" for r in ts.requests)
+    assert {r.worker for r in ts.requests} == {0, 1}
+    received = {t["request_id"]: t["received_ns"] for t in server.truths()}
+    accepted = server.accepted_ns()
+    assert len(accepted) >= 8, accepted  # the second level's 8 streams, at least
+    for level in (4, 8):
+        times = [received[f"w2-{r.request_id}"] for r in ts.requests if r.concurrency == level]
+        first, last = min(times), max(times)
+        during = [a for a in accepted if first < a <= last]
+        assert during == [], (level, [(a - first) / 1e6 for a in during])
+
+
 @pytest.mark.parametrize(
     ("answer", "kind", "chunks"),
     [

@@ -48,6 +48,9 @@ class FakeTransport:
 
     def submit(self, index: int, job: LevelJob) -> None:
         self.jobs.append((index, job))
+        if not job.specs:  # a level's connections opened ahead: never lost here
+            self.queue.append(("job_done", index, job.job_id, [9.9], _state(), []))
+            return
         done = job.specs if index != self.lose or self.lost_once else job.specs[: self.finish]
         for spec in done:
             trace = RequestTrace(concurrency=spec.concurrency, request_id=spec.request_id,
@@ -68,7 +71,7 @@ class FakeTransport:
             return out
         if self.lose is not None and not self.lost_once:
             self.lost_once = True
-            mine = next(job for i, job in self.jobs if i == self.lose)
+            mine = next(job for i, job in self.jobs if i == self.lose and job.specs)
             in_flight = {s.request_id: 5 for s in mine.specs[self.finish : self.finish + 2]}
             raise WorkerLost(self.lose, self.where(self.lose), "killed", in_flight=in_flight)
         await asyncio.sleep(0)
@@ -109,9 +112,27 @@ async def test_a_lost_worker_fails_what_it_had_in_flight_and_hands_on_the_rest()
     assert all(t.worker == 0 and t.send_ns == 5 for t in lost)
     assert all("node n0" in (t.error.message if t.error else "") for t in lost)
     # The rest of worker 0's share (10 - 3 done - 2 in flight) went to worker 1, streams too.
-    handed = [job for index, job in transport.jobs if job.job_id > 1]
+    handed = [job for index, job in transport.jobs if job.job_id > 3]  # 0-1 connect, 2-3 deal
     assert [(job.streams, len(job.specs)) for job in handed] == [(2, 5)]
     assert written == seen and pool.lost and "5 requests not sent yet" in warnings[0]
+
+
+async def test_every_worker_opens_its_connections_before_any_sends() -> None:
+    """A closed level first asks each worker to open the connections its share will use (one
+    per stream, or per conversation where fewer) and deals the requests only once all have;
+    the connecting does not count in the level's figures. A rate level opens on demand."""
+    transport = FakeTransport(count=2, finish=0, lose=None)
+    pool = WorkerPool(transport, lambda _: None)
+    result = await pool.run_level("u", "completions", 5, _specs(20), lambda _: True)
+    kinds = [(index, job.connections, len(job.specs)) for index, job in transport.jobs]
+    assert kinds == [(0, 3, 0), (1, 2, 0), (0, 0, 12), (1, 0, 8)]
+    assert 9.9 not in result.lag_ms and len(result.stamps) == 2
+    transport.jobs.clear()
+    await pool.run_level("u", "chat", 4, _specs(6, sessions=3), lambda _: True, think_ms=0.0)
+    assert [job.connections for _, job in transport.jobs if not job.specs] == [2, 1]
+    transport.jobs.clear()
+    await pool.run_level("u", "completions", 1, _specs(4), lambda _: True, open_loop=True)
+    assert all(job.specs and job.connections == 0 for _, job in transport.jobs)
 
 
 async def test_a_conversation_begun_on_a_lost_worker_fails_whole() -> None:

@@ -330,6 +330,25 @@ class RawClient:
         lines = [f"POST {target} HTTP/1.1", *(f"{n}: {v}" for n, v in fields.values())]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
+    async def open_idle(self, url: str, count: int) -> int:
+        """Open connections to ``url``'s origin until ``count`` of them are idle; the number
+        opened. One that fails is left to the request that needs it (it meets the error again
+        and records it)."""
+        origin = split_url(url)[0]
+        idle = self._idle.setdefault(origin, [])
+        for conn in [c for c in idle if not c.usable()]:
+            idle.remove(conn)
+            self._retire(conn)
+        missing = count - len(idle)
+        if missing <= 0 or self._closed:
+            return 0
+        opened = await asyncio.gather(
+            *(self._connect(origin) for _ in range(missing)), return_exceptions=True
+        )
+        conns = [c for c in opened if isinstance(c, Connection)]
+        idle.extend(conns)
+        return len(conns)
+
     async def _acquire(self, origin: Origin) -> Connection:
         idle = self._idle.get(origin)
         while idle:
@@ -337,6 +356,9 @@ class RawClient:
             if conn.usable():
                 return conn
             self._retire(conn)  # the server closed it while idle: open a fresh one
+        return await self._connect(origin)
+
+    async def _connect(self, origin: Origin) -> Connection:
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 conn = await open_connection(origin, self._origins)
