@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from sweeper.analysis.frames import gap_frame
+from sweeper.analysis.frames import gap_frame, level_frame, request_frame
 from sweeper.store import load_trace_set
 from tests.conftest import require_vllm, vllm_runner
 from tests.e2e.conftest import SWEEPER, SWEEPS
@@ -175,17 +176,23 @@ def test_each_run_has_its_server_log_and_the_budget_as_a_fact(
     assert _group_members(pgids) == []
 
 
-def test_summary_names_a_best_and_a_frontier(chunked_study: dict[str, Any]) -> None:
+def test_summary_names_the_most_goodput_meeting_the_slo_and_a_frontier(
+    chunked_study: dict[str, Any],
+) -> None:
+    """The best under an ITL bound between the two budgets' p99s at C=4: the level with the most
+    goodput among those whose p99 meets it, counted here from the traces (each request's own
+    gaps' p99, as DistServe's goodput). Which level that is depends on the machine: under an
+    itl_p99 term each request is judged on its own gaps, and at C=4 a 2048-budget request that
+    sat through three of its neighbours' one-step prefills fails it, so C=1 (no neighbours) of
+    either budget can win (CI, 2026-12-02: 256 at C=1). What holds on any machine: the 256
+    budget's C=4 is out, and the summary's choice is the count's."""
     summary = chunked_study["summary"]
     assert summary["pareto"][0]["points"]
-    # An ITL bound that the 2048 budget meets at C=4 and the 256 budget's stalls do not (100 ms
-    # on a machine with ~20 ms decode steps; between the two p99s wherever they fall, since the
-    # step's length is the machine's): the summary must name the 2048 budget the best under it.
     configs = {c["flags"]: c for c in summary["configs"]}
     p99 = {b: _level(configs[f"--max-num-batched-tokens {b}"], 4)["itl_ms"]["p99"] for b in BUDGETS}
     assert p99[2048] < p99[256], p99
-    bound = round(max(100.0, (p99[2048] * p99[256]) ** 0.5))
-    slo = f"itl_p99<={bound}ms"
+    bound = round((p99[2048] * p99[256]) ** 0.5, 3)
+    slo = f"itl_p99<={bound:g}ms"
     again = subprocess.run(
         [str(SWEEPER), "study", "summary", "chunk", "--out", str(chunked_study["out"]),
          "--format", "json", "--slo", slo],
@@ -193,7 +200,37 @@ def test_summary_names_a_best_and_a_frontier(chunked_study: dict[str, Any]) -> N
     )  # fmt: skip
     best = json.loads(again.stdout)["best"][slo]
     assert best is not None, summary["points"]
-    assert best["flags"] == "--max-num-batched-tokens 2048", best
+    counted = {
+        (config["flags"], c): v
+        for config in summary["configs"]
+        for c, v in _goodput_by_level(chunked_study["out"] / config["run_id"], bound).items()
+    }
+    meeting = {k: v for k, v in counted.items() if v[0] <= bound}
+    assert (f"--max-num-batched-tokens {BUDGETS[0]}", 4) not in meeting, counted
+    expected = max(meeting, key=lambda k: (meeting[k][1], meeting[k][2]))
+    print(f"\nunder {slo}: (p99 ms, goodput req/s, tok/s) {counted}; best {expected}")
+    assert (best["flags"], best["concurrency"]) == expected, (best, counted)
+    assert best["goodput_rps"] == pytest.approx(meeting[expected][1], rel=1e-9)
+
+
+def _goodput_by_level(run: Path, bound_ms: float) -> dict[int, tuple[float, float, float]]:
+    """Per level: (its p99 ITL, completed requests whose own gaps' p99 is within ``bound_ms``
+    per second of the level's duration, output tok/s), counted from the traces."""
+    ts = load_trace_set(run)
+    levels = level_frame(ts).set_index("concurrency")
+    requests = request_frame(ts)
+    own_p99 = gap_frame(ts).groupby("request_id")["itl_ms"].apply(lambda g: np.percentile(g, 99))
+    out = {}
+    for c, row in levels.iterrows():
+        ok = requests[(requests["concurrency"] == c) & (requests["status"] == "ok")]
+        p99 = own_p99.reindex(ok["request_id"])  # NaN: one chunk, no gap, nothing to judge
+        good = int((p99.isna() | (p99 <= bound_ms)).sum())
+        out[int(c)] = (
+            float(row["itl_p99_ms"]),
+            good / float(row["duration_s"]),
+            float(row["output_throughput_tok_s"]),
+        )
+    return out
 
 
 # --from-advice on the small-KV-pool sample (traces/small-vllm-cpu-preemption: 16 blocks of 128
