@@ -183,3 +183,32 @@ def write_synthetic_run(
         levels, input_len=input_len, output_len=output_len, warmup=warmup, seed=seed
     )
     return write_trace_set(Path(root) / run_id, manifest, requests, compress=compress)
+
+
+def synthetic_search_entries(
+    pages: int, *, seed: int, sections: tuple[int, int] = (1, 6)
+) -> list[dict[str, str]]:
+    """A search index as mkdocs-static-i18n stacks it with ``reconfigure_search``: the English
+    pages (a page entry and ``sections`` heading entries each, a range), then the Chinese build,
+    where a page without a translation is the English one under ``zh/`` (a duplicate), a
+    translated one has its own text, and some sections repeat an English title with other text."""
+    rng = np.random.default_rng(seed)
+    english = []
+    for p in range(pages):
+        english.append({"location": f"runs/r{p}/", "title": f"Run {p}", "text": f"run {p} text"})
+        for s in range(int(rng.integers(sections[0], sections[1] + 1))):
+            english.append(
+                {"location": f"runs/r{p}/#s{s}", "title": f"Section {s}", "text": f"p{p} s{s}"}
+            )
+    english.append({"location": "", "title": "Home", "text": "welcome"})
+    chinese = []
+    for entry in english:
+        kind = rng.random()
+        zh = dict(entry, location=f"zh/{entry['location']}")
+        if kind < 0.4:
+            chinese.append(zh)  # not translated: the same title and text
+        elif kind < 0.5:
+            chinese.append(dict(zh, text=entry["text"] + " (其他)"))  # same title, other text
+        else:
+            chinese.append(dict(zh, title=entry["title"] + " 译", text="译文"))
+    return english + chinese
