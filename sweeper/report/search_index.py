@@ -13,12 +13,9 @@ sweeper plugin puts it in the i18n plugin's place (:func:`install`).
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
-
-log = logging.getLogger("mkdocs.plugins.sweeper")
 
 Entry = dict[str, Any]
 
