@@ -65,20 +65,32 @@ class ToolLevel:
 CPU_SAMPLE_S = 0.05
 
 
-def _tree_cpu_s(process: psutil.Process) -> float:
-    """CPU seconds of a process and its live descendants."""
-    total = 0.0
-    try:
-        tree = [process, *process.children(recursive=True)]
-    except psutil.Error:
-        return total
-    for proc in tree:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
+class TreeCpu:
+    """CPU seconds a process tree has used so far, counting descendants that have exited.
+
+    A child's CPU leaves the live tree when it exits (a worker process, a helper the tool spawns):
+    summing only the live processes would make the running total fall, and a level's CPU come out
+    negative. Each process's last-seen CPU is kept under (pid, create time), so the total never
+    falls; a child loses at most one sampling interval's CPU when it dies."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, float], float] = {}
+
+    def sample(self, *roots: psutil.Process) -> float:
+        for root in roots:
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                tree = [root]
+            for proc in tree:
+                try:
+                    with proc.oneshot():
+                        key = (proc.pid, proc.create_time())
+                        times = proc.cpu_times()
+                except psutil.Error:
+                    continue
+                self._seen[key] = max(self._seen.get(key, 0.0), times.user + times.system)
+        return sum(self._seen.values())
 
 
 @dataclass
@@ -120,11 +132,10 @@ def run_process(
             os.setpriority(os.PRIO_PROCESS, child.pid, NICENESS)
         process = psutil.Process(child.pid)
         deadline = time.monotonic() + timeout_s
+        tree_cpu = TreeCpu()
         while child.poll() is None:
-            cpu = _tree_cpu_s(process)
-            if also is not None:
-                cpu += sum(_tree_cpu_s(other) for other in also())
-            samples.append((time.monotonic_ns(), cpu))
+            others = also() if also is not None else []
+            samples.append((time.monotonic_ns(), tree_cpu.sample(process, *others)))
             if time.monotonic() > deadline:
                 child.kill()
             time.sleep(CPU_SAMPLE_S)

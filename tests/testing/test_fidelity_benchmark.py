@@ -113,3 +113,33 @@ def test_the_summary_sets_sweeper_against_vllm_bench_level_by_level() -> None:
     assert first["ttft_p99_error_ms"] == (100.0, 300.0)
     assert first["cpu_us_per_token"] == (14.0, 31.0)
     assert bench.summarize(rows)["versus"] == items  # type: ignore[attr-defined]
+
+
+def test_a_child_that_exits_keeps_its_cpu_in_the_tree_total() -> None:
+    """The CPU total of a tool's process tree never falls when a child exits: a live-only sum
+    did, and a level's CPU per token came out negative (CI, 2026-12-03: -5.4 us)."""
+    import psutil
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from fidelity.tools import TreeCpu
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys, time; "
+         f"subprocess.run([sys.executable, '-c', {burn!r}]); time.sleep(1.0)"]
+    )  # fmt: skip
+    try:
+        tree = TreeCpu()
+        totals = []
+        while parent.poll() is None:
+            totals.append(tree.sample(psutil.Process(parent.pid)))
+            import time
+
+            time.sleep(0.02)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert totals == sorted(totals)
+    assert totals[-1] >= 0.25  # the child's burn, counted after it exited
