@@ -58,6 +58,7 @@ class _TailEvidence:
     th: Thresholds
     opened: list[int]  # the tail levels the server side is asked about
     client_levels: list[int]  # tail levels the recorder's own lag can account for
+    lone_levels: list[int]  # tail levels of a lone stream: no other request to be stalled by
     chunked: Any  # server.config.enable_chunked_prefill
     budget: Any  # server.config.max_num_batched_tokens
     max_seqs: Any  # server.config.max_num_seqs
@@ -101,7 +102,12 @@ def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
     client_preempt = _sum_server(data, client_levels, "preemptions_delta")
     if finite(client_preempt) and client_preempt > 0:
         client_levels = []  # the server's preemption counter is harder evidence than the lag
-    opened = [c for c in all_opened if c not in client_levels]
+    # A lone stream's tail (C=1) has no scheduling cause: with no other request in flight
+    # there is nothing to preempt it, no other prefill to wait for, no queue. Its long gaps are
+    # the engine's own step time or the machine's; blaming them on the loaded levels' cause, or
+    # letting them hide it (a busy host gives C=1 a 3x p99 as easily as a queue does), is wrong.
+    lone_levels = [c for c in all_opened if c not in client_levels and _lone_stream(data, c)]
+    opened = [c for c in all_opened if c not in client_levels and c not in lone_levels]
     cfg = "server.config."
     chunked = data.fact(cfg + "enable_chunked_prefill")
     budget = data.fact(cfg + "max_num_batched_tokens")
@@ -122,6 +128,7 @@ def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
         "cause": "unknown",
         "levels": opened,
         "client_levels": client_levels,
+        "lone_levels": lone_levels,
         "preemptions_delta": num(preempt, 0),
         "waiting_max": num(waiting, 1),
         "running_max": num(running, 1),
@@ -141,6 +148,7 @@ def _tail_evidence(data: RunFrames, th: Thresholds) -> _TailEvidence:
         th=th,
         opened=opened,
         client_levels=client_levels,
+        lone_levels=lone_levels,
         chunked=chunked,
         budget=budget,
         max_seqs=max_seqs,
@@ -307,10 +315,18 @@ def _answer(ev: _TailEvidence, cause: str, severity: str, text: Text) -> Finding
             ),
             where=Levels(ev.client_levels),
         )
+    if ev.lone_levels and cause != "lone_stream":
+        text.add(
+            N_(
+                "The tail at {where} is left out: a lone stream's, with no other request in flight "
+                "to stall it, so no scheduling cause can reach it."
+            ),
+            where=Levels(ev.lone_levels),
+        )
     return Finding(
         id="tail_cause",
         severity=severity,
-        levels=ev.opened or ev.client_levels,
+        levels=ev.opened or ev.client_levels or (ev.lone_levels if cause == "lone_stream" else []),
         numbers=ev.numbers,
         text=text.render(),
         data=ev.uses,
@@ -357,14 +373,51 @@ def _preempted_without_tail(ev: _TailEvidence) -> Finding | None:
         return None
     # No tail, but the server did preempt: worth saying, it is where the tail will come from.
     ev.numbers["preemptions_delta"] = num(all_preempt, 0)
-    text = Text().add(
-        N_(
+    preempted = [
+        c for c in ev.data.concurrencies if ev.data.server_value(c, "preemptions_delta") > 0
+    ]
+    if ev.lone_levels:
+        message = N_(
+            "No ITL tail opened where streams share the server, but the server preempted {n} "
+            "requests during {where} (vllm:num_preemptions_total): the KV cache is short for "
+            "this load, and its stalls are in the longest gaps, short of the p99."
+        )
+    else:
+        message = N_(
             "No ITL tail opened, but the server preempted {n} requests "
             "(vllm:num_preemptions_total): the KV cache is short for this load."
-        ),
-        n=Num(all_preempt, 0),
-    )
+        )
+    text = Text().add(message, n=Num(all_preempt, 0), where=Levels(preempted))
     return _answer(ev, "preemption", "notice", text)
+
+
+def _lone_stream(data: RunFrames, concurrency: int) -> bool:
+    """At most one request was in flight at this level (measured from the send and end times;
+    a closed loop of one where they are not the recording's own), and the server preempted
+    nothing there: a preemption with one request of ours in flight means other traffic shared
+    the server, and the level is not alone after all."""
+    inflight = data.value(concurrency, "inflight_max")
+    if finite(inflight):
+        alone = inflight <= 1
+    else:
+        alone = concurrency == 1 and not finite(data.value(concurrency, "offered_rate_rps"))
+    preempted = data.server_value(concurrency, "preemptions_delta")
+    return alone and not (finite(preempted) and preempted > 0)
+
+
+def _lone_stream_tail(ev: _TailEvidence) -> Finding | None:
+    if ev.opened or not ev.lone_levels:
+        return None
+    text = Text().add(
+        N_(
+            "The tail at {where} is a lone stream's: with no other request in flight, no "
+            "preemption, other request's prefill, KV admission or max_num_seqs cap can reach it. "
+            "Its long gaps are the engine's own step time or the machine's (another process on "
+            "the host, a pause in the server's Python, the GPU's clocks)."
+        ),
+        where=Levels(ev.lone_levels),
+    )
+    return _answer(ev, "lone_stream", "notice", text)
 
 
 def _no_tail(ev: _TailEvidence) -> Finding | None:
@@ -568,6 +621,7 @@ TAIL_RULES: tuple[TailRule, ...] = (
     _no_timestamps,
     _client_overload,
     _preempted_without_tail,
+    _lone_stream_tail,
     _no_tail,
     _preemption,
     _chunked_prefill,

@@ -38,6 +38,7 @@ TAIL_CAUSES = (
     "kv_admission",
     "max_num_seqs",
     "client_overload",
+    "lone_stream",
     "none",
     "unknown",
 )

@@ -32,6 +32,10 @@ _CAUSE_ADVICE = {
     "max_num_seqs": N_(
         "Requests queue behind --max-num-seqs: raise it if the KV cache has room, or stop the sweep at that level."
     ),
+    "lone_stream": N_(
+        "The lone stream's tail has no scheduling cause: record that level again on an idle host; if it "
+        "stays, it is the engine's own decode step, for a profiler to explain."
+    ),
     "client_overload": N_(
         "The recording client itself was overloaded: record again with more workers or from a less busy host "
         "before trusting the tail."

@@ -88,7 +88,7 @@ def simulate_level(
             decoding.remove(r)
             done.append(r)
             if sent < requests:
-                send(r.times_ms[-1])
+                send(r.times_ms[-1] + 0.1)  # after the last request ended
     for r in done[len(done) // 2 : len(done) // 2 + solo_stalls]:
         half = len(r.times_ms) // 2
         r.times_ms[half:] = [x + solo_stall_ms for x in r.times_ms[half:]]
@@ -102,7 +102,7 @@ def simulate_level(
                 concurrency=concurrency,
                 request_id=r.rid,
                 send_ns=send_ns,
-                end_ns=offsets[-1] + 100_000,
+                end_ns=offsets[-1] + 50_000,  # before the next request is sent
                 chunk_ns=offsets,
                 chunk_tokens=[1] * len(offsets),
                 prompt_tokens=1000,
@@ -124,12 +124,16 @@ def write_simulated_run(
     requests_per_stream: int = 4,
     loop_lag_p99_ms: dict[int, float] | None = None,
     stamp_checks: list[StampCheck] | None = None,
+    per_level: dict[int, dict[str, float]] | None = None,
     **kwargs: float,
 ) -> Path:
+    """``kwargs`` are :func:`simulate_level`'s for every level; ``per_level[c]`` overrides them
+    at level c."""
     traces: list[RequestTrace] = []
     t = 0.0
     for c in levels:
-        level, end = simulate_level(c, start_ms=t, requests=requests_per_stream * c, **kwargs)  # type: ignore[arg-type]
+        args = {**kwargs, **(per_level or {}).get(c, {})}
+        level, end = simulate_level(c, start_ms=t, requests=requests_per_stream * c, **args)  # type: ignore[arg-type]
         traces.extend(level)
         t = end + 100.0
     manifest = synthetic_manifest(
