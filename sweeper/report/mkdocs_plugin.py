@@ -120,7 +120,6 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             if _FILTER not in logger.filters:
                 logger.addFilter(_FILTER)
         search_index.install(config.plugins)
-        search_index.install_segment_memo()
         # Once: mkdocs-static-i18n runs on_config again for each other language, and a script
         # listed twice would answer every click twice (a sort undone at once).
         if f"{ASSETS_URL}/{STYLESHEET}" not in config.extra_css:

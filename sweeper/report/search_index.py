@@ -1,5 +1,4 @@
-"""The search index built faster: its duplicates removed in linear time (mkdocs-static-i18n),
-and its Chinese words cut once per distinct text (Material; :class:`MemoJieba`, at the end).
+"""The search index's duplicates removed in linear time, for mkdocs-static-i18n.
 
 With ``reconfigure_search: true`` the i18n plugin (1.3.1, the latest) stacks every language's
 search entries into one index and drops each entry of a language folder (``zh/...``) that repeats
@@ -55,62 +54,4 @@ def install(plugins: Any) -> bool:
         remove_duplicates(search_index_entries, i18n.build_languages)
 
     i18n.reconfigure_search_duplicates = reconfigure_search_duplicates
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
-# Chinese word segmentation, once per distinct run of Han characters
-#
-# Material's search plugin (9.x) cuts every run of Han characters of every section of every page
-# into words with jieba, so that a Chinese search finds words. The run pages say the same
-# sentences with other numbers, and the numbers split the Han text into the same short runs over
-# and over: at 1,000 runs the same few thousand runs are cut hundreds of thousands of times.
-# jieba's cut of a string is a function of the string (and of the dictionaries, on whose change
-# the memo is cleared), so the memo gives the plugin the same words.
-
-SEGMENT_MEMO_LIMIT = 200_000
-"""Distinct runs kept; past it the memo starts again (a site's own text holds far fewer)."""
-
-
-class MemoJieba:
-    """The jieba module, with ``cut(text)`` remembered per text; everything else is jieba's."""
-
-    def __init__(self, jieba: Any) -> None:
-        self.jieba = jieba
-        self._cuts: dict[str | bytes, tuple[str, ...]] = {}
-
-    def cut(self, sentence: str | bytes, *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:  # another mode than the plugin's: not remembered
-            return self.jieba.cut(sentence, *args, **kwargs)
-        words = self._cuts.get(sentence)
-        if words is None:
-            if len(self._cuts) >= SEGMENT_MEMO_LIMIT:
-                self._cuts.clear()
-            words = self._cuts[sentence] = tuple(self.jieba.cut(sentence))
-        return words
-
-    def set_dictionary(self, path: str) -> None:
-        self._cuts.clear()
-        self.jieba.set_dictionary(path)
-
-    def load_userdict(self, f: Any) -> None:  # a path or an open file, as jieba takes
-        self._cuts.clear()
-        self.jieba.load_userdict(f)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.jieba, name)
-
-
-def install_segment_memo() -> bool:
-    """Give Material's search plugin the memoized jieba; False where the plugin segments
-    nothing (jieba not installed) or is not the one this was written against."""
-    try:
-        from material.plugins.search import plugin as material_search
-    except ImportError:
-        return False
-    jieba = getattr(material_search, "jieba", None)
-    if jieba is None:
-        return False
-    if not isinstance(jieba, MemoJieba):
-        material_search.jieba = MemoJieba(jieba)
     return True
