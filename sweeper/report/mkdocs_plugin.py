@@ -24,7 +24,9 @@ It also carries the small fixes the site stack needs (SITE_NOTES.md):
   load of the same page in the other language instead), so ``mkdocs build --strict`` passes;
 - the i18n plugin's removal of duplicate search entries, quadratic in the entries (most of a
   warm build at 1,000 runs), is replaced by a linear one with the same result
-  (:mod:`sweeper.report.search_index`).
+  (:mod:`sweeper.report.search_index`);
+- Material's search entries of a page whose HTML, table of contents and meta did not change are
+  taken from ``.cache/sweeper/search-entries.json`` instead of parsing the page again.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ VEGA_BUNDLE = "vega-bundle.js"
 NOTEBOOK_EXTENSION = ".ipynb"
 # Rendered pages per trace set, beside mkdocs.yml (.cache/ is where mkdocs-jupyter caches too).
 PAGE_CACHE = Path(".cache") / "sweeper" / "pages"
+# Material's search entries per page (sweeper.report.search_index.EntryCache), beside them.
+SEARCH_CACHE = Path(".cache") / "sweeper" / "search-entries.json"
 _I18N_LOGGERS = (
     "mkdocs.plugins.mkdocs_static_i18n.reconfigure",
     "mkdocs.plugins.mkdocs_static_i18n",
@@ -120,6 +124,8 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             if _FILTER not in logger.filters:
                 logger.addFilter(_FILTER)
         search_index.install(config.plugins)
+        root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
+        search_index.use_entry_cache(root / SEARCH_CACHE)
         # Once: mkdocs-static-i18n runs on_config again for each other language, and a script
         # listed twice would answer every click twice (a sort undone at once).
         if f"{ASSETS_URL}/{STYLESHEET}" not in config.extra_css:
@@ -130,7 +136,6 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                 config.extra_javascript.append(f"{ASSETS_URL}/{name}")
         if not self.config.enabled:
             return config
-        root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
         self.traces_path = (root / self.config.traces_dir).resolve()
         if not self.traces_path.is_dir():
             # `mkdocs build --strict` fails on it; the pages generated before are kept.
@@ -202,6 +207,15 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                 target = site_dir / lang / name
                 if lang != DEFAULT_LANGUAGE and source.exists() and target.parent.is_dir():
                     target.write_bytes(source.read_bytes())
+        cache = search_index.active_entry_cache()
+        if cache is not None and cache.hits + cache.misses:
+            cache.save()
+            # benchmarks/site_build.py reads this line.
+            log.info(
+                "sweeper: search entries of %d pages from the cache, %d pages indexed",
+                cache.hits,
+                cache.misses,
+            )
 
     def on_serve(self, server: Any, *, config: MkDocsConfig, builder: Any) -> Any:
         if self.traces_path is not None:

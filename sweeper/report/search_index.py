@@ -13,11 +13,20 @@ sweeper plugin puts it in the i18n plugin's place (:func:`install`).
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+import logging
+import os
+import sys
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 Entry = dict[str, Any]
+
+log = logging.getLogger("mkdocs.plugins.sweeper")
 
 
 def remove_duplicates(entries: list[Entry], languages: Iterable[str]) -> None:
@@ -55,3 +64,150 @@ def install(plugins: Any) -> bool:
 
     i18n.reconfigure_search_duplicates = reconfigure_search_duplicates
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Material's search entries of each page, kept between builds
+#
+# Material's search plugin (9.x) parses every page's HTML again on every build to cut it into
+# one entry per section (SearchIndex.add_entry_from_context): about a quarter of a warm build of
+# many runs, for pages that did not change. The entries are a function of what the plugin reads
+# of the page (its URL, title, meta, table of contents and HTML), so they are kept under a hash
+# of exactly that, with Material's version, and a page whose hash is known gets them back
+# without being parsed. The file holds the pages of the last build only.
+
+ENTRY_CACHE_FORMAT = 1
+
+
+def _toc(items: Any) -> list[Any]:
+    return [[i.id, i.url, i.title, _toc(i.children)] for i in items or []]
+
+
+def page_key(page: Any) -> str | None:
+    """The hash of what Material's search reads of a page; None where it cannot be hashed."""
+    try:
+        from material import __version__ as material_version
+    except ImportError:  # pragma: no cover - the search plugin is Material's
+        material_version = "?"
+    material = sys.modules.get("material.plugins.search.plugin")
+    segments = getattr(material, "jieba", None) is not None  # Chinese words cut, or not
+    what = [
+        ENTRY_CACHE_FORMAT,
+        material_version,
+        segments,
+        page.url,
+        str(page.title),
+        page.meta,
+        _toc(page.toc),
+        page.content,
+    ]
+    try:
+        text = json.dumps(what, default=str, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):  # meta keys of mixed types: the page is indexed afresh
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EntryCache:
+    """The search entries per page key, read from ``path`` when first asked and written back
+    (the pages of this build only) by :meth:`save`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._known: dict[str, list[Entry]] | None = None
+        self._used: dict[str, list[Entry]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def _load(self) -> dict[str, list[Entry]]:
+        if self._known is None:
+            self._known = {}
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                data = None
+            except (OSError, ValueError) as exc:  # a torn or foreign file: built again
+                log.info("sweeper: the search cache %s is unreadable (%s): rebuilt", self.path, exc)
+                data = None
+            if isinstance(data, dict) and data.get("format") == ENTRY_CACHE_FORMAT:
+                pages = data.get("pages")
+                if isinstance(pages, dict):
+                    self._known = pages
+        return self._known
+
+    def get(self, key: str) -> list[Entry] | None:
+        found = self._used.get(key)
+        if found is None:
+            found = self._load().get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._used[key] = found
+        return copy.deepcopy(found)
+
+    def put(self, key: str, entries: list[Entry]) -> None:
+        self._used[key] = copy.deepcopy(entries)
+
+    def save(self) -> None:
+        """Write the entries of the pages this build indexed, when they differ from the file's
+        (atomically: a build killed while writing leaves the old file)."""
+        if self._known is not None and self._used == self._known:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"format": ENTRY_CACHE_FORMAT, "pages": self._used}
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            temp.write_text(
+                json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8"
+            )
+            os.replace(temp, self.path)
+        finally:
+            temp.unlink(missing_ok=True)
+        self._known = dict(self._used)
+
+
+_ACTIVE: EntryCache | None = None
+
+
+def use_entry_cache(path: Path) -> bool:
+    """Keep Material's search entries in ``path`` from now on (the same cache again when the
+    path is the same: mkdocs-static-i18n configures each language's build anew). False where
+    Material's search index is not the one this was written against."""
+    global _ACTIVE
+    try:
+        from material.plugins.search import plugin as material_search
+    except ImportError:
+        return False
+    index = getattr(material_search, "SearchIndex", None)
+    original = getattr(index, "add_entry_from_context", None)
+    if index is None or original is None:
+        return False
+    if not getattr(original, "_sweeper_cached", False):
+
+        def add_entry_from_context(self: Any, page: Any) -> None:
+            cache = _ACTIVE
+            if cache is None:
+                original(self, page)
+                return
+            key = page_key(page)
+            if key is None:
+                original(self, page)
+                return
+            found = cache.get(key)
+            if found is not None:
+                self.entries.extend(found)
+                return
+            before = len(self.entries)
+            original(self, page)
+            cache.put(key, self.entries[before:])
+
+        add_entry_from_context._sweeper_cached = True  # type: ignore[attr-defined]
+        index.add_entry_from_context = add_entry_from_context
+    if _ACTIVE is None or _ACTIVE.path != path:
+        _ACTIVE = EntryCache(path)
+    return True
+
+
+def active_entry_cache() -> EntryCache | None:
+    return _ACTIVE

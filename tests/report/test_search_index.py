@@ -1,17 +1,25 @@
-"""The search index's duplicates: sweeper's linear removal against mkdocs-static-i18n's own, and
-the built site's index without them."""
+"""The search index: its duplicates (sweeper's linear removal against mkdocs-static-i18n's own,
+and the built site's index without them), and Material's entries of each page kept between
+builds (the same index from the cache as from Material's own parsing)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from mkdocs_static_i18n.reconfigure import ExtendedPlugin
 
-from sweeper.report.search_index import install, remove_duplicates
+from sweeper.report import search_index
+from sweeper.report.mkdocs_plugin import SEARCH_CACHE
+from sweeper.report.search_index import install, remove_duplicates, use_entry_cache
 from sweeper.testing.factories import synthetic_search_entries
+from tests.report.site_helpers import mkdocs_build
 
 LANGUAGES = ["en", "zh"]
 
@@ -75,3 +83,78 @@ def test_the_built_sites_index_holds_no_entry_twice(built_site) -> None:
     notebook = [d for d in docs if d["location"].startswith("notebooks/explore/")]
     assert notebook, "the notebook's English entries are indexed"
     assert not [d for d in docs if d["location"].startswith("zh/notebooks/explore/")]
+
+
+CACHE_LINE = re.compile(r"search entries of (\d+) pages from the cache, (\d+) pages indexed")
+
+
+def _cache_counts(log: str) -> tuple[int, int]:
+    found = CACHE_LINE.findall(log)
+    assert found, log[-2000:]
+    hits, misses = found[-1]  # the last line counts both languages' builds
+    return int(hits), int(misses)
+
+
+def test_a_rebuild_takes_every_pages_search_entries_from_the_cache_for_the_same_index(
+    built_site, readable_traces: Path, tmp_path: Path
+) -> None:
+    config = built_site.site_dir.parent.parent / "mkdocs.yml"
+    assert (config.parent / SEARCH_CACHE).is_file()
+    hits, misses = _cache_counts(built_site.log)
+    assert hits == 0 and misses > 50  # the first build parsed every page
+    again = tmp_path / "site"
+    result = mkdocs_build(config, again, readable_traces, built_site.base_url)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _cache_counts(result.stderr) == (misses, 0)  # no page parsed again
+    index = "search/search_index.json"
+    assert (again / index).read_text() == (built_site.site_dir / index).read_text()
+
+
+def _page(content: str) -> SimpleNamespace:
+    return SimpleNamespace(url="runs/a/", title="Run A", meta={}, toc=[], content=content)
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search_index, "_ACTIVE", None)
+
+
+def _indexed(page: SimpleNamespace) -> list[dict[str, Any]]:
+    from material.plugins.search.plugin import SearchIndex
+
+    index = SearchIndex()
+    index.add_entry_from_context(page)
+    return index.entries
+
+
+def test_a_page_is_parsed_once_and_again_when_it_changes(tmp_path: Path, fresh_cache) -> None:
+    path = tmp_path / "entries.json"
+    assert use_entry_cache(path)
+    page = _page('<h2 id="tail">Tail</h2><p>ITL 尾部 opens at C=16</p>')
+    first = _indexed(page)
+    assert first[-1]["location"] == "runs/a/#tail" and "C=16" in first[-1]["text"]
+    cache = search_index.active_entry_cache()
+    assert cache is not None and (cache.hits, cache.misses) == (0, 1)
+    cache.save()
+    # A later build (a new process): the same page comes from the file, unparsed.
+    search_index._ACTIVE = None
+    use_entry_cache(path)
+    cache = search_index.active_entry_cache()
+    assert cache is not None
+    assert _indexed(page) == first
+    assert (cache.hits, cache.misses) == (1, 0)
+    changed = _page('<h2 id="tail">Tail</h2><p>ITL 尾部 opens at C=32</p>')
+    assert "C=32" in _indexed(changed)[-1]["text"]
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_a_torn_cache_file_is_indexed_afresh(tmp_path: Path, fresh_cache) -> None:
+    path = tmp_path / "entries.json"
+    path.write_text('{"format": 1, "pages": {"ab', encoding="utf-8")
+    use_entry_cache(path)
+    page = _page('<h2 id="x">X</h2><p>text</p>')
+    assert _indexed(page)[-1]["text"] == "<p>text</p>"
+    cache = search_index.active_entry_cache()
+    assert cache is not None and cache.misses == 1
+    cache.save()
+    assert json.loads(path.read_text())["format"] == 1  # written whole again
