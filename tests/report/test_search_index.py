@@ -12,7 +12,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
 from mkdocs_static_i18n.reconfigure import ExtendedPlugin
 
 from sweeper.report import search_index
