@@ -278,6 +278,23 @@ def _run_end_s(folder: Path) -> float:
     return max(r.send_ns + r.end_ns for r in ts.requests) / 1e9
 
 
+def _preempted_at_8(
+    tmp_path: Path,
+    run_id: str,
+    preemptions: int,
+    per_level: dict[int, dict[str, float]],
+    **kwargs: float,
+) -> Path:
+    """A run of C=1 and C=8 whose server counted ``preemptions`` during C=8 (a probe run of
+    the same levels finds when C=8 starts and the run ends)."""
+    probe = write_simulated_run(tmp_path, "probe", [1, 8], per_level=per_level, **kwargs)
+    c8_start = min(r.send_ns for r in load_trace_set(probe).requests if r.concurrency == 8) / 1e9
+    metrics = _preempted_from(c8_start, preemptions, _run_end_s(probe) + 0.5)
+    return write_simulated_run(
+        tmp_path, run_id, [1, 8], metrics=metrics, per_level=per_level, **kwargs
+    )
+
+
 def test_a_lone_streams_tail_does_not_hide_the_preemptions_of_the_loaded_level(
     tmp_path: Path,
 ) -> None:
@@ -286,16 +303,7 @@ def test_a_lone_streams_tail_does_not_hide_the_preemptions_of_the_loaded_level(
     the lone stream's tail is stated and left out: it was 'unknown' before (CI, 2026-12-02)."""
     # one stream of C=8 stalls 300 ms (preempted): 1 gap in 2,000, short of the p99
     per_level = {**_JITTERY_LONE_STREAM, 8: {"solo_stalls": 1, "solo_stall_ms": 300.0}}
-    probe = write_simulated_run(tmp_path, "probe", [1, 8], per_level=per_level, prefill_chunks=0)
-    c8_start = min(r.send_ns for r in load_trace_set(probe).requests if r.concurrency == 8) / 1e9
-    folder = write_simulated_run(
-        tmp_path,
-        "lone-and-preempted",
-        [1, 8],
-        metrics=_preempted_from(c8_start, 3, _run_end_s(probe) + 0.5),
-        per_level=per_level,
-        prefill_chunks=0,
-    )
+    folder = _preempted_at_8(tmp_path, "lone-and-preempted", 3, per_level, prefill_chunks=0)
     found = analyze_run(load_trace_set(folder))
     tail = finding(found, "itl_tail")
     assert tail.numbers["opens_at"] == 1, tail.text["en"]
@@ -332,16 +340,7 @@ def test_a_lone_stream_beside_a_preemption_tail_leaves_the_verdict_to_the_loaded
     """C=1's jitter tail used to join the asked levels and dilute the preemption's share of the
     added time; set aside, the verdict is C=8's own."""
     per_level = {**_JITTERY_LONE_STREAM, 8: {"solo_stalls": 2, "solo_stall_ms": 12_000.0}}
-    probe = write_simulated_run(tmp_path, "probe", [1, 8], per_level=per_level, chunk_ms=40.0)
-    c8_start = min(r.send_ns for r in load_trace_set(probe).requests if r.concurrency == 8) / 1e9
-    folder = write_simulated_run(
-        tmp_path,
-        "lone-and-tail",
-        [1, 8],
-        metrics=_preempted_from(c8_start, 2, _run_end_s(probe) + 0.5),
-        per_level=per_level,
-        chunk_ms=40.0,
-    )
+    folder = _preempted_at_8(tmp_path, "lone-and-tail", 2, per_level, chunk_ms=40.0)
     cause = finding(analyze_run(load_trace_set(folder)), "tail_cause")
     n = cause.numbers
     assert (n["cause"], cause.severity) == ("preemption", "warning"), cause.text["en"]
