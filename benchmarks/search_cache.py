@@ -14,13 +14,12 @@ Per run count, in one temporary tree built as benchmarks/site_build.py builds it
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from site_build import ROOT, Build, mkdocs_build, write_runs
+from site_build import Build, mkdocs_build, project_tree, write_runs
 
 from sweeper.report.mkdocs_plugin import SEARCH_CACHE
 
@@ -30,12 +29,7 @@ INDEX = Path("site") / "search" / "search_index.json"
 def measure(runs: int) -> tuple[Build, Build, Build, bool]:
     with tempfile.TemporaryDirectory(prefix="sweeper-search-bench-") as tmp:
         work = Path(tmp)
-        traces = work / "traces"
-        write_runs(traces, runs)
-        shutil.copy(ROOT / "mkdocs.yml", work / "mkdocs.yml")
-        shutil.copytree(
-            ROOT / "docs", work / "docs", ignore=shutil.ignore_patterns("runs", "compare")
-        )
+        traces = project_tree(work, runs)
         cold = mkdocs_build(work, traces)
         write_runs(traces, runs + 1, start=runs)
         cached = mkdocs_build(work, traces)

@@ -70,6 +70,16 @@ def write_runs(root: Path, runs: int, start: int = 0) -> None:
         )
 
 
+def project_tree(work: Path, runs: int) -> Path:
+    """``runs`` synthetic runs in ``work/traces`` (returned), the project's mkdocs.yml and docs/
+    (without generated pages) beside them."""
+    traces = work / "traces"
+    write_runs(traces, runs)
+    shutil.copy(ROOT / "mkdocs.yml", work / "mkdocs.yml")
+    shutil.copytree(ROOT / "docs", work / "docs", ignore=shutil.ignore_patterns("runs", "compare"))
+    return traces
+
+
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, int, str]:
     """(wall s, CPU s, peak RSS bytes, stderr) of one command, which must succeed."""
     start = time.perf_counter()
@@ -170,14 +180,7 @@ class Row:
 def measure(runs: int, zensical: bool) -> Row:
     with tempfile.TemporaryDirectory(prefix="sweeper-site-bench-") as tmp:
         work = Path(tmp)
-        traces = work / "traces"
-        write_runs(traces, runs)
-        shutil.copy(ROOT / "mkdocs.yml", work / "mkdocs.yml")
-        shutil.copytree(
-            ROOT / "docs",
-            work / "docs",
-            ignore=shutil.ignore_patterns("runs", "compare"),
-        )
+        traces = project_tree(work, runs)
         cold = mkdocs_build(work, traces)
         z_cold = zensical_build(work, traces) if zensical else None
         write_runs(traces, runs + 1, start=runs)  # one more run: what a new recording costs
