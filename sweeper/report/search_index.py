@@ -13,6 +13,7 @@ sweeper plugin puts it in the i18n plugin's place (:func:`install`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -154,16 +155,20 @@ class EntryCache:
         (atomically: a build killed while writing leaves the old file)."""
         if self._known is not None and self._used == self._known:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {"format": ENTRY_CACHE_FORMAT, "pages": self._used}
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             temp.write_text(
                 json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8"
             )
             os.replace(temp, self.path)
+        except OSError as exc:  # a read-only project, a full disk: the site is built anyway
+            log.info("sweeper: the search cache %s was not written (%s)", self.path, exc)
+            return
         finally:
-            temp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
         self._known = dict(self._used)
 
 

@@ -157,3 +157,14 @@ def test_a_torn_cache_file_is_indexed_afresh(tmp_path: Path, fresh_cache) -> Non
     assert cache is not None and cache.misses == 1
     cache.save()
     assert json.loads(path.read_text())["format"] == 1  # written whole again
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_build_alone(tmp_path: Path, fresh_cache) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache's folder would be")
+    use_entry_cache(blocked / "entries.json")
+    assert _indexed(_page('<h2 id="x">X</h2><p>text</p>'))[-1]["text"] == "<p>text</p>"
+    cache = search_index.active_entry_cache()
+    assert cache is not None
+    cache.save()  # no error: the build goes on without a cache
+    assert not (blocked / "entries.json").exists()
