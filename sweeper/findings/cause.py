@@ -307,22 +307,29 @@ def _answer(ev: _TailEvidence, cause: str, severity: str, text: Text) -> Finding
     ev.numbers["cause"] = cause
     if cause in ("kv_admission", "max_num_seqs", "unknown"):
         _attribution_words(ev, text, cause)  # the named causes say theirs after their own words
-    if ev.client_levels and cause != "client_overload":
-        text.add(
+    # The levels set aside before the server side was asked: each is a cause when it is all
+    # there is, and any other answer says why they were left out.
+    set_aside = (
+        (
+            ev.client_levels,
+            "client_overload",
             N_(
                 "The tail at {where} is left out: the recorder's own event-loop lag there can "
                 "account for it."
             ),
-            where=Levels(ev.client_levels),
-        )
-    if ev.lone_levels and cause != "lone_stream":
-        text.add(
+        ),
+        (
+            ev.lone_levels,
+            "lone_stream",
             N_(
                 "The tail at {where} is left out: a lone stream's, with no other request in flight "
                 "to stall it, so no scheduling cause can reach it."
             ),
-            where=Levels(ev.lone_levels),
-        )
+        ),
+    )
+    for levels, their_cause, words in set_aside:
+        if levels and cause != their_cause:
+            text.add(words, where=Levels(levels))
     return Finding(
         id="tail_cause",
         severity=severity,
