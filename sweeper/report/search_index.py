@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -84,18 +83,11 @@ def _toc(items: Any) -> list[Any]:
     return [[i.id, i.url, i.title, _toc(i.children)] for i in items or []]
 
 
-def page_key(page: Any) -> str | None:
-    """The hash of what Material's search reads of a page; None where it cannot be hashed."""
-    try:
-        from material import __version__ as material_version
-    except ImportError:  # pragma: no cover - the search plugin is Material's
-        material_version = "?"
-    material = sys.modules.get("material.plugins.search.plugin")
-    segments = getattr(material, "jieba", None) is not None  # Chinese words cut, or not
+def page_key(page: Any, salt: str) -> str | None:
+    """The hash of what Material's search reads of a page, with ``salt`` (what else decides
+    its entries: see :func:`use_entry_cache`); None where it cannot be hashed."""
     what = [
-        ENTRY_CACHE_FORMAT,
-        material_version,
-        segments,
+        salt,
         page.url,
         str(page.title),
         page.meta,
@@ -113,10 +105,12 @@ class EntryCache:
     """The search entries per page key, read from ``path`` when first asked and written back
     (the pages of this build only) by :meth:`save`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, salt: str) -> None:
         self.path = path
+        self.salt = salt
         self._known: dict[str, list[Entry]] | None = None
         self._used: dict[str, list[Entry]] = {}
+        self._indexed = False  # a page parsed since the file was last read or written
         self.hits = 0
         self.misses = 0
 
@@ -149,11 +143,14 @@ class EntryCache:
 
     def put(self, key: str, entries: list[Entry]) -> None:
         self._used[key] = copy.deepcopy(entries)
+        self._indexed = True
 
     def save(self) -> None:
-        """Write the entries of the pages this build indexed, when they differ from the file's
-        (atomically: a build killed while writing leaves the old file)."""
-        if self._known is not None and self._used == self._known:
+        """Write the entries of the pages this build indexed, when they differ from the file's:
+        a page parsed, or one the file holds that this build did not index (atomically: a build
+        killed while writing leaves the old file)."""
+        known = self._known
+        if known is not None and not self._indexed and self._used.keys() == known.keys():
             return
         data = {"format": ENTRY_CACHE_FORMAT, "pages": self._used}
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -170,6 +167,7 @@ class EntryCache:
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
         self._known = dict(self._used)
+        self._indexed = False
 
 
 _ACTIVE: EntryCache | None = None
@@ -195,7 +193,7 @@ def use_entry_cache(path: Path) -> bool:
             if cache is None:
                 original(self, page)
                 return
-            key = page_key(page)
+            key = page_key(page, cache.salt)
             if key is None:
                 original(self, page)
                 return
@@ -210,7 +208,13 @@ def use_entry_cache(path: Path) -> bool:
         add_entry_from_context._sweeper_cached = True  # type: ignore[attr-defined]
         index.add_entry_from_context = add_entry_from_context
     if _ACTIVE is None or _ACTIVE.path != path:
-        _ACTIVE = EntryCache(path)
+        from material import __version__ as material_version
+
+        # The entries depend on Material's code, and on whether it cuts Chinese into words
+        # (jieba installed or not), as much as on the page.
+        segments = getattr(material_search, "jieba", None) is not None
+        salt = f"{ENTRY_CACHE_FORMAT}:{material_version}:{segments}"
+        _ACTIVE = EntryCache(path, salt)
     return True
 
 
