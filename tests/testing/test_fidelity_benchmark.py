@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,12 +132,11 @@ def test_a_child_that_exits_keeps_its_cpu_in_the_tree_total() -> None:
          f"subprocess.run([sys.executable, '-c', {burn!r}]); time.sleep(1.0)"]
     )  # fmt: skip
     try:
+        root = psutil.Process(parent.pid)  # made once: the parent may exit between two samples
         tree = TreeCpu()
         totals = []
         while parent.poll() is None:
-            totals.append(tree.sample(psutil.Process(parent.pid)))
-            import time
-
+            totals.append(tree.sample(root))
             time.sleep(0.02)
     finally:
         parent.kill()
