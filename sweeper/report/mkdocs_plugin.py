@@ -26,7 +26,9 @@ It also carries the small fixes the site stack needs (SITE_NOTES.md):
   warm build at 1,000 runs), is replaced by a linear one with the same result
   (:mod:`sweeper.report.search_index`);
 - Material's search entries of a page whose HTML, table of contents and meta did not change are
-  taken from ``.cache/sweeper/search-entries.json`` instead of parsing the page again.
+  taken from ``.cache/sweeper/search-entries.json`` instead of parsing the page again;
+- a Markdown page whose source, place and links did not change is not converted again: its
+  render is taken from ``.cache/sweeper/renders/`` (:mod:`sweeper.report.render_cache`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from mkdocs.plugins import BasePlugin, event_priority
 from mkdocs.structure.files import File, Files
 
 from sweeper.i18n import DEFAULT_LANGUAGE, LANGUAGES
-from sweeper.report import search_index, site
+from sweeper.report import render_cache, search_index, site
 from sweeper.store import atomic_write
 
 log = logging.getLogger("mkdocs.plugins.sweeper")
@@ -60,6 +62,8 @@ NOTEBOOK_EXTENSION = ".ipynb"
 PAGE_CACHE = Path(".cache") / "sweeper" / "pages"
 # Material's search entries per page (sweeper.report.search_index.EntryCache), beside them.
 SEARCH_CACHE = Path(".cache") / "sweeper" / "search-entries.json"
+# Each Markdown page's render (sweeper.report.render_cache), one file per page.
+RENDER_CACHE = Path(".cache") / "sweeper" / "renders"
 _I18N_LOGGERS = (
     "mkdocs.plugins.mkdocs_static_i18n.reconfigure",
     "mkdocs.plugins.mkdocs_static_i18n",
@@ -126,6 +130,7 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         search_index.install(config.plugins)
         root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
         search_index.use_entry_cache(root / SEARCH_CACHE)
+        render_cache.use_render_cache(root / RENDER_CACHE, config)
         # Once: mkdocs-static-i18n runs on_config again for each other language, and a script
         # listed twice would answer every click twice (a sort undone at once).
         if f"{ASSETS_URL}/{STYLESHEET}" not in config.extra_css:
@@ -215,6 +220,15 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                 "sweeper: search entries of %d pages from the cache, %d pages indexed",
                 cache.hits,
                 cache.misses,
+            )
+        renders = render_cache.active_render_cache()
+        if renders is not None and renders.hits + renders.misses:
+            renders.prune()
+            # benchmarks/site_build.py reads this line.
+            log.info(
+                "sweeper: %d pages from the render cache, %d rendered",
+                renders.hits,
+                renders.misses,
             )
 
     def on_serve(self, server: Any, *, config: MkDocsConfig, builder: Any) -> Any:

@@ -84,6 +84,7 @@ def test_the_built_sites_index_holds_no_entry_twice(built_site) -> None:
     assert not [d for d in docs if d["location"].startswith("zh/notebooks/explore/")]
 
 
+RENDER_COUNTS = re.compile(r"sweeper: (\d+) pages from the render cache, (\d+) rendered")
 CACHE_LINE = re.compile(r"search entries of (\d+) pages from the cache, (\d+) pages indexed")
 
 
@@ -107,6 +108,17 @@ def test_a_rebuild_takes_every_pages_search_entries_from_the_cache_for_the_same_
     assert _cache_counts(result.stderr) == (misses, 0)  # no page parsed again
     index = "search/search_index.json"
     assert (again / index).read_text() == (built_site.site_dir / index).read_text()
+    # Every Markdown page's render came from the render cache too, and the site is the same
+    # to the byte (the sitemaps carry the build's date).
+    renders = RENDER_COUNTS.findall(result.stderr)
+    assert renders and int(renders[-1][1]) == 0 and int(renders[-1][0]) > 50, renders
+    first_renders = RENDER_COUNTS.findall(built_site.log)
+    assert first_renders and int(first_renders[-1][0]) == 0, first_renders
+    built = {p.relative_to(built_site.site_dir): p for p in built_site.site_dir.rglob("*.html")}
+    rebuilt = {p.relative_to(again): p for p in again.rglob("*.html")}
+    assert built.keys() == rebuilt.keys() and len(built) > 50
+    differ = [str(k) for k, p in built.items() if p.read_bytes() != rebuilt[k].read_bytes()]
+    assert differ == []
 
 
 def _page(content: str) -> SimpleNamespace:

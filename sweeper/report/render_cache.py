@@ -1,0 +1,294 @@
+"""Each page's Markdown render kept between builds, for MkDocs 1.x.
+
+MkDocs converts every page's Markdown to HTML on every build (``Page.render``), also the pages
+that did not change: at a thousand runs that is 2,000 pages, and the largest share of a build
+after one run was added (docs/site.md). What a render produces is a function of the page's
+Markdown, its place in the site (source, destination and URL), the Markdown extensions and
+their settings (mkdocs.yml and the libraries' versions), and the other files its links point at.
+So it is kept under a hash of all but the last, in one file per page under
+``.cache/sweeper/renders/``, and a page whose hash is known is not converted again:
+
+- its links are resolved again by MkDocs' own code (``_RelativePathTreeprocessor.path_to_url``,
+  the same calls the render made, against this build's files). If one resolves differently, or
+  says anything (a link to a file that is gone), the page is rendered afresh, so the HTML and
+  the warnings are the render's own; resolving them also registers the links to other pages'
+  anchors, which MkDocs checks after the build as it does for a rendered page;
+- a page whose render logged anything (a warning, an unrecognized link) is never kept, so that
+  every build says it again;
+- the folder holds the pages of the last build only.
+
+With an extension that reads other files into a page (``pymdownx.snippets``) the render is not a
+function of the page alone, and nothing is kept. A test builds a site with the cache cold, warm
+and turned off and compares every file byte for byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("mkdocs.plugins.sweeper")
+
+RENDER_CACHE_FORMAT = 1
+# Extensions whose output depends on files other than the page: no page is kept with them.
+_READS_OTHER_FILES = ("pymdownx.snippets",)
+_LIBRARIES = ("mkdocs", "markdown", "pymdown-extensions", "mkdocs-material", "pygments")
+
+
+class _Collect(logging.Handler):
+    """Whether anything was logged while it was attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.said = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.said = True
+
+
+@contextlib.contextmanager
+def _listening() -> Any:
+    """Notes what MkDocs and the Markdown extensions log meanwhile (MkDocs' logger does not
+    propagate; Python-Markdown's reaches the root)."""
+    handler = _Collect()
+    loggers = (logging.getLogger("mkdocs"), logging.getLogger())
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """Keeps what MkDocs logs meanwhile from its handlers, noting whether anything was said."""
+    handler = _Collect()
+    mkdocs_log = logging.getLogger("mkdocs")
+    saved = mkdocs_log.handlers[:]
+    mkdocs_log.handlers = [handler]
+    try:
+        yield handler
+    finally:
+        mkdocs_log.handlers = saved
+
+
+def _toc(items: Any) -> list[Any]:
+    return [[i.title, i.id, i.level, _toc(i.children)] for i in items or []]
+
+
+def _anchor_links(items: list[Any]) -> list[Any]:
+    from mkdocs.structure.toc import AnchorLink
+
+    links = []
+    for title, anchor, level, children in items:
+        link = AnchorLink(title, anchor, level)
+        link.children = _anchor_links(children)
+        links.append(link)
+    return links
+
+
+def _table_of_contents(items: list[Any]) -> Any:
+    from mkdocs.structure.toc import TableOfContents
+
+    links = _anchor_links(items)
+    if links:  # as MkDocs' get_toc: the first item marked active
+        links[0].active = True
+    return TableOfContents(links)
+
+
+def salt_of(config: Any) -> str | None:
+    """What decides every page's render besides the page: this format, the libraries'
+    versions, the config file's bytes and the extensions; None where a render can depend on
+    other files (nothing is kept then)."""
+    names = [e if isinstance(e, str) else type(e).__name__ for e in config["markdown_extensions"]]
+    if any(name in _READS_OTHER_FILES for name in names):
+        return None
+    versions = []
+    for name in _LIBRARIES:
+        try:
+            versions.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name}=-")
+    config_bytes = b""
+    if config.config_file_path:
+        with contextlib.suppress(OSError):
+            config_bytes = Path(config.config_file_path).read_bytes()
+    what = [
+        RENDER_CACHE_FORMAT,
+        versions,
+        names,
+        bool(config["use_directory_urls"]),
+        hashlib.sha256(config_bytes).hexdigest(),
+    ]
+    return json.dumps(what)
+
+
+def page_key(page: Any, salt: str) -> str:
+    what = [salt, page.file.src_uri, page.file.dest_uri, page.url, page.markdown]
+    return hashlib.sha256(json.dumps(what, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+class RenderCache:
+    """The renders of the pages, one JSON file per page key under ``folder``."""
+
+    def __init__(self, folder: Path, salt: str) -> None:
+        self.folder = folder
+        self.salt = salt
+        self.used: set[str] = set()
+        self.hits = 0
+        self.misses = 0
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):  # torn or foreign: rendered again and written anew
+            return None
+        if not isinstance(data, dict) or data.get("format") != RENDER_CACHE_FORMAT:
+            return None
+        return data
+
+    def put(self, key: str, render: dict[str, Any]) -> None:
+        path = self._path(key)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            temp.write_text(
+                json.dumps(
+                    {"format": RENDER_CACHE_FORMAT, **render},
+                    ensure_ascii=False,
+                    separators=(",", ":"),
+                ),
+                encoding="utf-8",
+            )
+            os.replace(temp, path)
+        except OSError as exc:  # a read-only project, a full disk: the site is built anyway
+            log.debug("sweeper: the render of %s was not kept (%s)", path.name, exc)
+        finally:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+
+    def prune(self) -> int:
+        """Removes the renders of pages this process did not build; how many."""
+        removed = 0
+        with contextlib.suppress(OSError):
+            for path in self.folder.glob("*.json"):
+                if path.stem not in self.used:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                        removed += 1
+        return removed
+
+
+_ACTIVE: RenderCache | None = None
+# The links the page being rendered resolved: (its File, [(link, what it became)]).
+_RESOLVING: tuple[Any, list[tuple[str, str]]] | None = None
+
+
+def _restore(page: Any, render: dict[str, Any], config: Any, files: Any) -> bool:
+    """Puts a kept render on ``page`` if its links resolve as they did; whether it did."""
+    from mkdocs.structure.pages import _RelativePathTreeprocessor
+
+    links = _RelativePathTreeprocessor(page.file, files, config)
+    with _quiet() as said:
+        for url, resolved in render["links"]:
+            if links.path_to_url(url) != resolved:
+                return False
+    if said.said:
+        return False
+    page.content = render["content"]
+    page.toc = _table_of_contents(render["toc"])
+    page._title_from_render = render["title"]
+    page.present_anchor_ids = set(render["anchors"])
+    if logging.getLogger("mkdocs.structure.pages").getEffectiveLevel() > logging.DEBUG:
+        page.links_to_anchors = links.links_to_anchors
+    return True
+
+
+def use_render_cache(folder: Path, config: Any) -> bool:
+    """Keep each Markdown page's render in ``folder`` from now on (the same cache again for the
+    same folder: mkdocs-static-i18n configures each language's build anew). False where the
+    renders cannot be kept (an extension that reads other files, a MkDocs this was not written
+    against)."""
+    global _ACTIVE
+    try:
+        import mkdocs
+        from mkdocs.structure import pages as mkdocs_pages
+    except ImportError:
+        return False
+    if not mkdocs.__version__.startswith("1.6."):  # what Page.render sets was read off 1.6
+        return False
+    page_class = getattr(mkdocs_pages, "Page", None)
+    processor = getattr(mkdocs_pages, "_RelativePathTreeprocessor", None)
+    original = getattr(page_class, "render", None)
+    resolve = getattr(processor, "path_to_url", None)
+    if original is None or resolve is None:
+        return False
+    salt = salt_of(config)
+    if salt is None:
+        _ACTIVE = None
+        return False
+    if not getattr(original, "_sweeper_cached", False):
+
+        def path_to_url(self: Any, url: str) -> str:
+            resolved = resolve(self, url)
+            if _RESOLVING is not None and self.file is _RESOLVING[0]:
+                _RESOLVING[1].append((url, resolved))
+            return resolved
+
+        def render(self: Any, config: Any, files: Any) -> None:
+            global _RESOLVING
+            cache = _ACTIVE
+            if cache is None or self.markdown is None or not self.file.src_uri.endswith(".md"):
+                original(self, config, files)
+                return
+            key = page_key(self, cache.salt)
+            cache.used.add(key)
+            kept = cache.get(key)
+            if kept is not None and _restore(self, kept, config, files):
+                cache.hits += 1
+                return
+            cache.misses += 1
+            links: list[tuple[str, str]] = []
+            _RESOLVING = (self.file, links)
+            try:
+                with _listening() as said:
+                    original(self, config, files)
+            finally:
+                _RESOLVING = None
+            if said.said:  # said again by every build: not kept
+                return
+            cache.put(
+                key,
+                {
+                    "content": self.content,
+                    "toc": _toc(self.toc),
+                    "title": self._title_from_render,
+                    "anchors": sorted(self.present_anchor_ids or ()),
+                    "links": links,
+                },
+            )
+
+        path_to_url._sweeper_cached = True  # type: ignore[attr-defined]
+        render._sweeper_cached = True  # type: ignore[attr-defined]
+        processor.path_to_url = path_to_url  # type: ignore[union-attr]
+        page_class.render = render  # type: ignore[union-attr]
+    if _ACTIVE is None or _ACTIVE.folder != folder or _ACTIVE.salt != salt:
+        _ACTIVE = RenderCache(folder, salt)
+    return True
+
+
+def active_render_cache() -> RenderCache | None:
+    return _ACTIVE
