@@ -10,6 +10,7 @@ the server-side aggregates, and the facts a title, a card or the index shows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -66,6 +67,24 @@ class RunReport:
         """The finding when the data supported it (not ``severity: unknown``)."""
         found = self.findings.get(finding_id)
         return None if found is None or found.severity == "unknown" else found
+
+    # Computed once a report: the site's runs tables ask on every row, in both languages, of a
+    # thousand runs (benchmarks/site_build.py). Not fields: a copy (dataclasses.replace) and an
+    # older cached report compute them anew.
+    @functools.cached_property
+    def peak(self) -> pd.Series | None:
+        """The level with the highest output throughput (:func:`peak_level`)."""
+        return peak_level(self.levels)
+
+    @functools.cached_property
+    def stream_rate(self) -> float | None:
+        """The lowest measured level's output rate per stream (:func:`per_stream_rate`)."""
+        return per_stream_rate(self.levels)
+
+    @functools.cached_property
+    def request_rate(self) -> float | None:
+        """A rate run's output rate per request in flight (:func:`per_request_rate`)."""
+        return per_request_rate(self.levels)
 
 
 @dataclass(frozen=True)

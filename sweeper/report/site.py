@@ -64,9 +64,6 @@ from sweeper.report.run_report import (
     engine_title,
     gpu_title,
     model_title,
-    peak_level,
-    per_request_rate,
-    per_stream_rate,
 )
 from sweeper.schema import MANIFEST_FILE
 from sweeper.store import TraceSet, atomic_write, duplicate_run_ids, load_trace_set
@@ -357,12 +354,12 @@ def _link(text: str, target: str) -> str:
 
 def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
     rates = level_rates(run.ts.manifest)  # a rate run's levels are named by their rate
-    peak = peak_level(run.levels)
+    peak = run.peak
     peak_text = "–"
     if peak is not None:
         name = esc(level_name(int(peak["concurrency"]), rates, lang))
         peak_text = f"{fmt_number(peak['output_throughput_tok_s'], lang, 0)} ({name})"
-    rate = per_stream_rate(run.levels) if not rates else per_request_rate(run.levels)
+    rate = run.stream_rate if not rates else run.request_rate
     single = fmt_number(rate, lang, 1) if rate is not None else "–"
     recommended = run.known("recommended")
     rec = "–"
@@ -455,7 +452,7 @@ def _runs_table(runs: list[RunReport], lang: str, labelled: bool, prefix: str = 
     rows = []
     for run in runs:
         peak_text, single, rec = _headline_numbers(run, lang)
-        peak = peak_level(run.levels)
+        peak = run.peak
         recommended = run.known("recommended")
         chosen = recommended.numbers.get("concurrency") if recommended is not None else None
         row = [
@@ -656,7 +653,7 @@ def render_comparison(model: str, runs: list[RunReport], lang: str) -> str:
     )
     rows = []
     for run in runs:
-        peak = peak_level(run.levels)
+        peak = run.peak
         rows.append(
             [
                 _link(esc(run.run_id), f"../../{RUNS_DIR}/{run.run_id}/index.md"),
