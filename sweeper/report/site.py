@@ -25,6 +25,7 @@ rebuilds cost nothing for unchanged runs) and, given a ``cache_dir``, on disk (a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import logging
@@ -34,9 +35,9 @@ import pickle
 import re
 import signal
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -107,6 +108,10 @@ class RunEntry:
 _CACHE: dict[Path, tuple[str, RunEntry]] = {}
 # The last whole generation, keyed by every folder's fingerprint (index and comparisons included).
 _LAST: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str]]] = {}
+# Group and comparison pages by what makes them (sha256 of the page's kind, language, title and
+# its runs' fingerprints); on disk under the page cache's TABLES_DIR too.
+_TABLES: dict[str, str] = {}
+TABLES_DIR = "tables"
 
 
 def page_path(relative: str, lang: str) -> str:
@@ -795,11 +800,69 @@ def _studies_key(traces_dir: Path) -> tuple[tuple[str, str], ...]:
 # Whole site
 
 
+class _TablePages:
+    """The group and comparison pages of the last generation, kept by what makes them: one run
+    added to a thousand renders the one group and the one comparison it joins, not all of them.
+
+    A page is a function of its kind, language and title and of its runs, each named by its
+    trace set's fingerprint (files and sweeper's code: ``_fingerprint``), in their order. Kept
+    in memory and, given a cache folder, as ``<cache>/tables/<key>.md``; the files the last
+    generation did not use are removed.
+    """
+
+    def __init__(self, cache_dir: Path | None, fingerprints: Mapping[str, str]) -> None:
+        self.folder = cache_dir / TABLES_DIR if cache_dir is not None else None
+        self.fingerprints = fingerprints
+        self.used: set[str] = set()
+
+    def page(
+        self,
+        kind: str,
+        lang: str,
+        title: tuple[str, ...],
+        runs: list[RunReport],
+        render: Callable[[], str],
+    ) -> str:
+        parts = [kind, lang, *title, *(f"{r.run_id}\0{self.fingerprints[r.run_id]}" for r in runs)]
+        key = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+        self.used.add(key)
+        text = _TABLES.get(key)
+        path = self.folder / f"{key}.md" if self.folder is not None else None
+        if text is None and path is not None:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                text = path.read_text(encoding="utf-8")
+        if text is None:
+            text = render()
+            if path is not None:
+                self._write(path, text)
+        _TABLES[key] = text
+        return text
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(path) as fh:
+                fh.write(text.encode("utf-8"))
+        except OSError as exc:  # a read-only project: the page is rendered again next build
+            log.info("sweeper: page cache %s not written: %s", path.parent, exc)
+
+    def prune(self) -> None:
+        for key in set(_TABLES) - self.used:
+            del _TABLES[key]
+        if self.folder is None or not self.folder.is_dir():
+            return
+        for path in self.folder.glob("*.md"):
+            if path.stem not in self.used:
+                path.unlink(missing_ok=True)
+
+
 def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str, str]:
     """Every generated page: relative path (under the docs folder) -> Markdown."""
     folders = candidate_folders(traces_dir)
+    prints = [_fingerprint(f) for f in folders]
     key = (
-        *((str(f.resolve()), _fingerprint(f)) for f in folders),
+        *((str(f.resolve()), fp) for f, fp in zip(folders, prints, strict=True)),
         *_studies_key(traces_dir),
     )
     last = _LAST.get(str(traces_dir.resolve()))
@@ -817,16 +880,29 @@ def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str,
     pages.update(studies)
     comparisons = comparison_groups(runs)
     groups = run_groups(runs)
+    tables = _TablePages(
+        cache_dir,
+        {e.run.run_id: fp for e, fp in zip(entries, prints, strict=True) if e.run is not None},
+    )
     for lang in LANGUAGES:
         for (model, gpu), members in groups.items():
             path = page_path(f"{GROUPS_DIR}/{group_slug(model, gpu)}/index.md", lang)
-            pages[path] = render_group(model, gpu, members, lang)
+            pages[path] = tables.page(
+                "group",
+                lang,
+                (model, gpu),
+                members,
+                partial(render_group, model, gpu, members, lang),
+            )
         pages[page_path(f"{RUNS_DIR}/index.md", lang)] = render_index(
             entries, comparisons, lang, counts
         )
-        for model, runs in comparisons.items():
+        for model, members in comparisons.items():
             path = page_path(f"{COMPARE_DIR}/{model_slug(model)}/index.md", lang)
-            pages[path] = render_comparison(model, runs, lang)
+            pages[path] = tables.page(
+                "compare", lang, (model,), members, partial(render_comparison, model, members, lang)
+            )
+    tables.prune()
     _LAST[str(traces_dir.resolve())] = (key, dict(pages))
     return pages
 

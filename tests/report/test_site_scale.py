@@ -176,6 +176,79 @@ def test_pages_rendered_in_worker_processes_are_the_same(
     assert rendered_in_workers == single
 
 
+def _forget() -> None:
+    """What a new process knows: only the disk's caches."""
+    site._CACHE.clear()
+    site._LAST.clear()
+    site._TABLES.clear()
+
+
+def _set_run(folder: Path, model: str, gpu: str, labels: dict[str, str] | None = None) -> None:
+    manifest = folder / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["model"]["name"] = model
+    data["hardware"]["gpu_name"] = {"value": gpu, "source": "user"}
+    if labels is not None:
+        data["labels"] = labels
+    manifest.write_text(json.dumps(data))
+
+
+def test_group_and_comparison_pages_are_rendered_only_when_their_runs_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = _runs(tmp_path / "traces")
+    cache = tmp_path / "cache"
+    _forget()
+    site.generate_pages(traces, cache)
+    rendered: list[tuple[str, str, str]] = []
+    group, comparison = site.render_group, site.render_comparison
+
+    def counted_group(model: str, gpu: str, runs: list, lang: str) -> str:
+        rendered.append(("group", model, lang))
+        return group(model, gpu, runs, lang)
+
+    def counted_comparison(model: str, runs: list, lang: str) -> str:
+        rendered.append(("compare", model, lang))
+        return comparison(model, runs, lang)
+
+    monkeypatch.setattr(site, "render_group", counted_group)
+    monkeypatch.setattr(site, "render_comparison", counted_comparison)
+    steps = [
+        # A new run of model-1 on H100: its group and model-1's comparison, nothing else.
+        lambda: _set_run(
+            write_synthetic_run(
+                traces, "run-6", [SyntheticLevel(1, 40, 11)], output_len=16, seed=6
+            ),
+            "model-1",
+            "H100",
+        ),
+        # A run's labels edited: the group and the comparison that show it.
+        lambda: _set_run(traces / "run-2", "model-0", "H100", labels={"team": "edited"}),
+    ]
+    for step, model in zip(steps, ("model-1", "model-0"), strict=True):
+        step()
+        rendered.clear()
+        _forget()
+        kept = site.generate_pages(traces, cache)
+        assert sorted(rendered) == [
+            ("compare", model, "en"),
+            ("compare", model, "zh"),
+            ("group", model, "en"),
+            ("group", model, "zh"),
+        ]
+        with monkeypatch.context() as fresh:
+            fresh.setattr(site, "render_group", group)
+            fresh.setattr(site, "render_comparison", comparison)
+            _forget()
+            assert kept == site.generate_pages(traces)  # every page rendered, no cache
+        # 5 groups and 2 comparisons, in 2 languages: the replaced pages' files are gone.
+        assert len(list((cache / site.TABLES_DIR).glob("*.md"))) == 14
+    edited = [
+        path for path, text in kept.items() if path.startswith(site.GROUPS_DIR) and "edited" in text
+    ]
+    assert len(edited) == 2  # the label is on model-0/H100's group page, in each language
+
+
 def _children(pid: int) -> set[int]:
     found = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
