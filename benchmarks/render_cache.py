@@ -1,15 +1,17 @@
-"""Time a warm site build with each page's Markdown render from sweeper's render cache against
-the same build with MkDocs rendering every page (the baseline, the cache folder removed), on one
-tree, and check that both write the same site.
+"""Time a warm site build with each page's Markdown render and HTML from sweeper's caches
+against the same build with MkDocs rendering every page (the baseline, the cache folders
+removed), on one tree, and check that every build writes the same site.
 
     .venv/bin/python benchmarks/render_cache.py                  # 200 runs
     .venv/bin/python benchmarks/render_cache.py --runs 100,1000
 
 Per run count, in one temporary tree built as benchmarks/site_build.py builds it: a cold build
-(no cache), one run added and a warm build (the other pages' renders from
-.cache/sweeper/renders/), then that folder removed and the same warm build again (every page
-rendered; Material's search entries come from their cache in both). Every HTML page of the two
-warm builds must be byte-identical.
+(no cache), one run added and a warm build (the other pages' Markdown renders from
+.cache/sweeper/renders/ and their HTML from .cache/sweeper/html/), then the HTML folder removed
+and the same warm build again (the theme renders every page: the render cache alone), then both
+folders removed and the same build once more (every page rendered by Python-Markdown and the
+theme, the baseline; Material's search entries come from their cache in all three). Every HTML
+page of the three warm builds must be byte-identical.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from site_build import Build, mkdocs_build, project_tree, write_runs
 
-from sweeper.report.mkdocs_plugin import RENDER_CACHE
+from sweeper.report.mkdocs_plugin import HTML_CACHE, RENDER_CACHE
 
 
 def _pages(site: Path) -> dict[str, str]:
@@ -34,7 +36,9 @@ def _pages(site: Path) -> dict[str, str]:
     }
 
 
-def measure(runs: int) -> tuple[Build, Build, Build, int, bool]:
+def measure(runs: int) -> tuple[list[Build], int, bool]:
+    """The cold build and the three warm ones (both caches, the render cache alone, none), the
+    pages, and whether the three warm builds wrote the same HTML."""
     with tempfile.TemporaryDirectory(prefix="sweeper-render-bench-") as tmp:
         work = Path(tmp)
         traces = project_tree(work, runs)
@@ -42,10 +46,14 @@ def measure(runs: int) -> tuple[Build, Build, Build, int, bool]:
         write_runs(traces, runs + 1, start=runs)
         cached = mkdocs_build(work, traces)
         with_cache = _pages(work / "site")
+        shutil.rmtree(work / HTML_CACHE)
+        themed = mkdocs_build(work, traces)
+        same = _pages(work / "site") == with_cache
+        shutil.rmtree(work / HTML_CACHE)
         shutil.rmtree(work / RENDER_CACHE)
         rendered = mkdocs_build(work, traces)
-        same = _pages(work / "site") == with_cache
-    return cold, cached, rendered, len(with_cache), same
+        same = same and _pages(work / "site") == with_cache
+    return [cold, cached, themed, rendered], len(with_cache), same
 
 
 def main() -> None:
@@ -54,20 +62,21 @@ def main() -> None:
     args = parser.parse_args()
     print("wall (CPU) seconds; warm: one run added to the cold build's tree")
     print(
-        f"{'runs':>5} | {'pages':>6} | {'cold':>15} | {'warm, cache':>15} "
-        f"| {'warm, rendered':>15} | {'saved':>6}"
+        f"{'runs':>5} | {'pages':>6} | {'cold':>15} | {'warm, caches':>15} "
+        f"| {'warm, no HTML':>15} | {'warm, rendered':>15} | {'saved':>6}"
     )
     for runs in (int(r) for r in args.runs.split(",")):
-        cold, cached, rendered, pages, same = measure(runs)
+        builds, pages, same = measure(runs)
         if not same:
-            sys.exit(f"{runs} runs: the site built from the render cache differs from MkDocs' own")
-        cells = [f"{b.wall:.1f} s ({b.cpu:.1f})" for b in (cold, cached, rendered)]
-        saved = 1 - cached.cpu / rendered.cpu
+            sys.exit(f"{runs} runs: the site built from the caches differs from MkDocs' own")
+        cells = [f"{b.wall:.1f} s ({b.cpu:.1f})" for b in builds]
+        saved = 1 - builds[1].cpu / builds[3].cpu
         print(
-            f"{runs:>5} | {pages:>6} | {cells[0]:>15} | {cells[1]:>15} | {cells[2]:>15} "
-            f"| {saved:>5.0%}"
+            f"{runs:>5} | {pages:>6} | "
+            + " | ".join(f"{c:>15}" for c in cells)
+            + f" | {saved:>5.0%}"
         )
-    print("the same HTML pages with and without the render cache: yes")
+    print("the same HTML pages with both caches, the render cache alone and none: yes")
 
 
 if __name__ == "__main__":

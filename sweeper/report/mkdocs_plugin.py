@@ -28,7 +28,10 @@ It also carries the small fixes the site stack needs (SITE_NOTES.md):
 - Material's search entries of a page whose HTML, table of contents and meta did not change are
   taken from ``.cache/sweeper/search-entries.json`` instead of parsing the page again;
 - a Markdown page whose source, place and links did not change is not converted again: its
-  render is taken from ``.cache/sweeper/renders/`` (:mod:`sweeper.report.render_cache`).
+  render is taken from ``.cache/sweeper/renders/`` (:mod:`sweeper.report.render_cache`);
+- a page whose template context (content, navigation, config...) and templates did not change
+  is not rendered by the theme again: its HTML is taken from ``.cache/sweeper/html/``
+  (:mod:`sweeper.report.html_cache`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from mkdocs.plugins import BasePlugin, event_priority
 from mkdocs.structure.files import File, Files
 
 from sweeper.i18n import DEFAULT_LANGUAGE, LANGUAGES
-from sweeper.report import render_cache, search_index, site
+from sweeper.report import html_cache, render_cache, search_index, site
 from sweeper.store import atomic_write
 
 log = logging.getLogger("mkdocs.plugins.sweeper")
@@ -64,6 +67,8 @@ PAGE_CACHE = Path(".cache") / "sweeper" / "pages"
 SEARCH_CACHE = Path(".cache") / "sweeper" / "search-entries.json"
 # Each Markdown page's render (sweeper.report.render_cache), one file per page.
 RENDER_CACHE = Path(".cache") / "sweeper" / "renders"
+# Each page's HTML, the theme's templates rendered (sweeper.report.html_cache).
+HTML_CACHE = Path(".cache") / "sweeper" / "html"
 _I18N_LOGGERS = (
     "mkdocs.plugins.mkdocs_static_i18n.reconfigure",
     "mkdocs.plugins.mkdocs_static_i18n",
@@ -194,6 +199,12 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             )
         return files
 
+    @event_priority(-100)  # after the other plugins set the environment up
+    def on_env(self, env: Any, *, config: MkDocsConfig, files: Files) -> Any:
+        root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
+        html_cache.use_html_cache(root / HTML_CACHE, env, config)
+        return env
+
     @event_priority(-50)  # after mkdocs-static-i18n made the links point at this page (50)
     def on_page_context(self, context: Any, *, page: Any, config: MkDocsConfig, nav: Any) -> Any:
         # mkdocs-static-i18n sets the attribute (not the mapping item), and Jinja reads it first.
@@ -230,6 +241,18 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                 renders.hits,
                 renders.misses,
             )
+        kept = html_cache.active_html_cache()
+        if kept is not None and kept.hits + kept.misses:
+            kept.prune()
+            # benchmarks/site_build.py reads this line.
+            log.info(
+                "sweeper: HTML of %d pages from the cache, %d rendered by the theme",
+                kept.hits,
+                kept.misses,
+            )
+        if kept is not None:
+            for why in sorted(kept.opaque):
+                log.info("sweeper: a page's HTML was not kept: its context holds %s", why)
 
     def on_serve(self, server: Any, *, config: MkDocsConfig, builder: Any) -> Any:
         if self.traces_path is not None:

@@ -92,7 +92,10 @@ def page_key(page: Any, salt: str) -> str | None:
         str(page.title),
         page.meta,
         _toc(page.toc),
-        page.content,
+        # The HTML by its hash: cheaper than escaping a large page into the JSON hashed below.
+        hashlib.sha256(page.content.encode("utf-8", errors="surrogatepass")).hexdigest()
+        if isinstance(page.content, str)
+        else page.content,
     ]
     try:
         text = json.dumps(what, default=str, ensure_ascii=False, sort_keys=True)

@@ -185,7 +185,14 @@ def _slim(entry: RunEntry) -> RunEntry:
     ts = entry.run.ts
     slim_ts = TraceSet(path=ts.path, manifest=ts.manifest, requests=[], problems=list(ts.problems))
     run = replace(entry.run, ts=slim_ts, requests=entry.run.requests.iloc[0:0], chart_specs={})
+    # The runs tables' headline numbers, computed now and kept with the entry (cached
+    # properties, pickled with it): not again from the levels on every build.
+    for name in _HEADLINES:
+        vars(run)[name] = getattr(entry.run, name)
     return replace(entry, run=run)
+
+
+_HEADLINES = ("peak", "stream_rate", "request_rate")
 
 
 def _read_cached(path: Path) -> RunEntry | None:
