@@ -33,7 +33,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import re
 import types
 from collections.abc import Mapping
@@ -49,7 +48,7 @@ from mkdocs.structure.pages import Page
 from mkdocs.structure.toc import AnchorLink, TableOfContents
 from mkdocs.theme import Theme
 
-from sweeper.report.render_cache import _listening, salt_of
+from sweeper.report.render_cache import _listening, keep_file, prune_folder, salt_of
 
 log = logging.getLogger("mkdocs.plugins.sweeper")
 
@@ -251,28 +250,11 @@ class HtmlCache:
             return None
 
     def put(self, key: str, html: str) -> None:
-        path = self._path(key)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            temp.write_bytes(f"sweeper-html {HTML_CACHE_FORMAT} {key}\n".encode() + html.encode())
-            os.replace(temp, path)
-        except (OSError, UnicodeEncodeError) as exc:  # read-only, full: the site is built anyway
-            log.debug("sweeper: the HTML of %s was not kept (%s)", path.name, exc)
-        finally:
-            with contextlib.suppress(OSError):
-                temp.unlink(missing_ok=True)
+        keep_file(self._path(key), f"sweeper-html {HTML_CACHE_FORMAT} {key}\n{html}", "HTML")
 
     def prune(self) -> int:
         """Removes the pages this process did not build; how many."""
-        removed = 0
-        with contextlib.suppress(OSError):
-            for path in self.folder.glob("*.html"):
-                if path.stem not in self.used:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-                        removed += 1
-        return removed
+        return prune_folder(self.folder, ".html", self.used)
 
 
 _ACTIVE: HtmlCache | None = None

@@ -223,33 +223,21 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                 target = site_dir / lang / name
                 if lang != DEFAULT_LANGUAGE and source.exists() and target.parent.is_dir():
                     target.write_bytes(source.read_bytes())
-        cache = search_index.active_entry_cache()
-        if cache is not None and cache.hits + cache.misses:
-            cache.save()
-            # benchmarks/site_build.py reads this line.
-            log.info(
-                "sweeper: search entries of %d pages from the cache, %d pages indexed",
-                cache.hits,
-                cache.misses,
-            )
-        renders = render_cache.active_render_cache()
-        if renders is not None and renders.hits + renders.misses:
-            renders.prune()
-            # benchmarks/site_build.py reads this line.
-            log.info(
-                "sweeper: %d pages from the render cache, %d rendered",
-                renders.hits,
-                renders.misses,
-            )
+        # Each cache written back (the search entries) or pruned to this build's pages (the
+        # renders, the HTML), and its counts logged: benchmarks/site_build.py reads these lines.
+        caches = [
+            (search_index.active_entry_cache(), "save",
+             "sweeper: search entries of %d pages from the cache, %d pages indexed"),
+            (render_cache.active_render_cache(), "prune",
+             "sweeper: %d pages from the render cache, %d rendered"),
+            (html_cache.active_html_cache(), "prune",
+             "sweeper: HTML of %d pages from the cache, %d rendered by the theme"),
+        ]  # fmt: skip
+        for cache, finish, line in caches:
+            if cache is not None and cache.hits + cache.misses:
+                getattr(cache, finish)()
+                log.info(line, cache.hits, cache.misses)
         kept = html_cache.active_html_cache()
-        if kept is not None and kept.hits + kept.misses:
-            kept.prune()
-            # benchmarks/site_build.py reads this line.
-            log.info(
-                "sweeper: HTML of %d pages from the cache, %d rendered by the theme",
-                kept.hits,
-                kept.misses,
-            )
         if kept is not None:
             for why in sorted(kept.opaque):
                 log.info("sweeper: a page's HTML was not kept: its context holds %s", why)

@@ -161,35 +161,40 @@ class RenderCache:
         return data
 
     def put(self, key: str, render: dict[str, Any]) -> None:
-        path = self._path(key)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            temp.write_text(
-                json.dumps(
-                    {"format": RENDER_CACHE_FORMAT, **render},
-                    ensure_ascii=False,
-                    separators=(",", ":"),
-                ),
-                encoding="utf-8",
-            )
-            os.replace(temp, path)
-        except OSError as exc:  # a read-only project, a full disk: the site is built anyway
-            log.debug("sweeper: the render of %s was not kept (%s)", path.name, exc)
-        finally:
-            with contextlib.suppress(OSError):
-                temp.unlink(missing_ok=True)
+        data = json.dumps({"format": RENDER_CACHE_FORMAT, **render}, ensure_ascii=False,
+                          separators=(",", ":"))  # fmt: skip
+        keep_file(self._path(key), data, "render")
 
     def prune(self) -> int:
         """Removes the renders of pages this process did not build; how many."""
-        removed = 0
+        return prune_folder(self.folder, ".json", self.used)
+
+
+def keep_file(path: Path, text: str, what: str) -> None:
+    """Writes one cache file atomically (a build killed while writing leaves no torn file);
+    a folder that cannot be written (read-only, full) only means the page is not kept."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp.write_bytes(text.encode("utf-8"))
+        os.replace(temp, path)
+    except (OSError, UnicodeEncodeError) as exc:  # the site is built anyway
+        log.debug("sweeper: the %s of %s was not kept (%s)", what, path.name, exc)
+    finally:
         with contextlib.suppress(OSError):
-            for path in self.folder.glob("*.json"):
-                if path.stem not in self.used:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-                        removed += 1
-        return removed
+            temp.unlink(missing_ok=True)
+
+
+def prune_folder(folder: Path, suffix: str, used: set[str]) -> int:
+    """Removes the files ending in ``suffix`` whose stem is not in ``used``; how many."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for path in folder.glob(f"*{suffix}"):
+            if path.stem not in used:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
+    return removed
 
 
 _ACTIVE: RenderCache | None = None
