@@ -265,7 +265,13 @@ class _KeptTemplate(jinja2.Template):
     (Jinja renders included and extended templates through their render functions, not
     ``render``: only MkDocs' own call for the whole page comes here.)"""
 
+    # Set on the subclass :func:`use_html_cache` makes for a build: the render cache's salt, the
+    # theme's signature, and this build's navigation and config but for ``extra`` (which
+    # mkdocs-static-i18n sets for each page), each hashed once: neither changes while the pages'
+    # templates are rendered.
     _sweeper_salt: str = ""
+    _sweeper_theme: tuple[str, frozenset[str]] = ("", frozenset())
+    _sweeper_once: dict[int, tuple[Any, str]]
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         kept = _ACTIVE
@@ -308,11 +314,6 @@ class _KeptTemplate(jinja2.Template):
         ]
         return _sha256(json.dumps(what, ensure_ascii=False, separators=(",", ":")))
 
-    _sweeper_theme: tuple[str, frozenset[str]] = ("", frozenset())
-    # This build's navigation, and its config but for ``extra`` (which mkdocs-static-i18n sets
-    # for each page), read once: neither changes while the pages' templates are rendered.
-    _sweeper_once: dict[int, tuple[Any, str]]
-
     def _value_sig(self, name: str, value: Any, stack: set[int]) -> Any:
         if name == "config" and isinstance(value, Config):
             rest = self._once(value, lambda: {k: v for k, v in value.items() if k != "extra"})
@@ -351,6 +352,7 @@ def use_html_cache(folder: Path, env: jinja2.Environment, config: Any) -> bool:
 
     salt = salt_of(config)
     if salt is None or not mkdocs.__version__.startswith("1.6."):
+        _ACTIVE = None  # nothing kept or pruned this build
         return False
     theme = theme_signature(config.theme)
     kept = type(

@@ -225,21 +225,21 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                     target.write_bytes(source.read_bytes())
         # Each cache written back (the search entries) or pruned to this build's pages (the
         # renders, the HTML), and its counts logged: benchmarks/site_build.py reads these lines.
+        html = html_cache.active_html_cache()
         caches = [
             (search_index.active_entry_cache(), "save",
              "sweeper: search entries of %d pages from the cache, %d pages indexed"),
             (render_cache.active_render_cache(), "prune",
              "sweeper: %d pages from the render cache, %d rendered"),
-            (html_cache.active_html_cache(), "prune",
+            (html, "prune",
              "sweeper: HTML of %d pages from the cache, %d rendered by the theme"),
         ]  # fmt: skip
         for cache, finish, line in caches:
             if cache is not None and cache.hits + cache.misses:
                 getattr(cache, finish)()
                 log.info(line, cache.hits, cache.misses)
-        kept = html_cache.active_html_cache()
-        if kept is not None:
-            for why in sorted(kept.opaque):
+        if html is not None:
+            for why in sorted(html.opaque):
                 log.info("sweeper: a page's HTML was not kept: its context holds %s", why)
 
     def on_serve(self, server: Any, *, config: MkDocsConfig, builder: Any) -> Any:
