@@ -253,10 +253,10 @@ def test_small_kv_pool_preempts_and_queues(recorded_preemption: Recorded) -> Non
         (round(s.t_ns / 1e9, 2), round(s.duration_ns / 1e9, 2), s.error or scraped([s], waiting))
         for s in trace.metrics
     ]
-    lag = [(lag.concurrency, lag.max_ms) for lag in trace.manifest.client.loop_lag]
+    loop_lag = [(level.concurrency, level.max_ms) for level in trace.manifest.client.loop_lag]
     why = (
         f"queue windows (s) {[(round(a / 1e9, 1), round(b / 1e9, 1)) for a, b in windows]}, "
-        f"recorder loop lag max (level, ms) {lag}, (t s, scrape s, [waiting] or error): {timeline}"
+        f"recorder loop lag max (level, ms) {loop_lag}, (t s, scrape s, [waiting] or error): {timeline}"
     )
     assert windows, why
     assert all(scraped([s], waiting)[0] >= 1 for s in witnesses), why
