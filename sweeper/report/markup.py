@@ -254,10 +254,14 @@ def _with_labels(value: Any, labels: Mapping[str, str]) -> Any:
     return value
 
 
-def front_matter(title: str) -> str:
+def front_matter(title: str, *, searched: bool = True) -> str:
     """YAML front matter with the page title. MkDocs' templates do not escape titles, so the
-    title is HTML-escaped here (the browser shows the characters, never runs them)."""
-    return "---\ntitle: " + json.dumps(html.escape(title, quote=True), ensure_ascii=False) + "\n---"
+    title is HTML-escaped here (the browser shows the characters, never runs them).
+    ``searched=False`` leaves the page out of the site's search (Material and Zensical read
+    ``search: exclude``)."""
+    title_line = "title: " + json.dumps(html.escape(title, quote=True), ensure_ascii=False)
+    exclude = "" if searched else "\nsearch:\n  exclude: true"
+    return f"---\n{title_line}{exclude}\n---"
 
 
 def cards(items: Sequence[tuple[str, str, str | None]], css: str = "sweeper-cards") -> str:
@@ -293,6 +297,21 @@ def finding_block(finding: Finding, lang: str) -> str:
     text = finding.text.get(lang, "")
     severity = finding.severity
     return f'<div class="sweeper-finding sweeper-finding--{esc(severity)}"><p>{esc(text)}</p></div>'
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table as an HTML block; cells already escaped. Python-Markdown passes the block
+    through untouched, so a table of a thousand rows costs its Markdown render nothing (its
+    links are therefore written as the URLs they lead to, not as ``.md`` paths)."""
+    lines = [
+        "<table>",
+        "<thead>",
+        "<tr>" + "".join(f"<th>{cell}</th>" for cell in header) + "</tr>",
+    ]
+    lines += ["</thead>", "<tbody>"]
+    lines += ["<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows]
+    lines += ["</tbody>", "</table>"]
+    return "\n".join(lines)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: bool = True) -> str:

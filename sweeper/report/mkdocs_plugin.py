@@ -123,6 +123,9 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
     def __init__(self) -> None:
         super().__init__()
         self.traces_path: Path | None = None
+        # The config the pages were generated for and the pages: mkdocs-static-i18n runs
+        # on_config again, on the same config, for each other language it builds.
+        self.generated: tuple[MkDocsConfig, dict[str, str]] | None = None
 
     def on_config(self, config: MkDocsConfig) -> MkDocsConfig:
         extensions: tuple[str, ...] = tuple(mkdocs.utils.markdown_extensions)
@@ -155,8 +158,24 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
                 self.traces_path,
             )
             return config
+        if self.generated is not None and self.generated[0] is config:
+            # mkdocs-static-i18n building another language: the pages are written, the
+            # problems told; only the nav is extended again (the same call, a no-op if kept).
+            self._extend_nav(config, self.generated[1])
+            return config
+        pages = self._generate(config, root)
+        self.generated = (config, pages)
+        self._extend_nav(config, pages)
+        return config
+
+    def _generate(self, config: MkDocsConfig, root: Path) -> dict[str, str]:
+        """The report pages generated and written into the docs folder; a strict build's
+        problems logged as warnings."""
+        assert self.traces_path is not None
         started = time.perf_counter()
-        pages = site.generate_pages(self.traces_path, root / PAGE_CACHE)
+        pages = site.generate_pages(
+            self.traces_path, root / PAGE_CACHE, directory_urls=config.use_directory_urls
+        )
         written = site.write_pages(pages, Path(config.docs_dir))
         # benchmarks/site_build.py reads this line: sweeper's share of a build's time.
         log.info(
@@ -174,11 +193,14 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         for folder in site.study_folders(self.traces_path):
             if site.page_path(f"{site.RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
                 log.warning("sweeper: %s: the study has no page (its summary failed)", folder)
+        return pages
+
+    @staticmethod
+    def _extend_nav(config: MkDocsConfig, pages: dict[str, str]) -> None:
         if config.nav is not None and not site.extend_nav(config.nav, site.generated_nav(pages)):
             log.info(
                 "sweeper: runs/index.md is not in the nav; run pages are reachable from the index only"
             )
-        return config
 
     def on_files(self, files: Files, *, config: MkDocsConfig) -> Files:
         bundle = vega_bundle()

@@ -53,6 +53,7 @@ from sweeper.report.markup import (
     esc,
     figure_html,
     front_matter,
+    html_table,
     labels_html,
     table,
     tr,
@@ -385,9 +386,21 @@ def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
     return peak_text, single, rec
 
 
+# A run's link in the runs tables (HTML: :func:`html_table`), written as a directory URL;
+# :func:`file_urls` makes it ``.../index.html`` for a site built with use_directory_urls off.
+_RUN_LINK = '<a data-sweeper-run href="{href}/">{text}</a>'
+_RUN_HREF = re.compile(r'(<a data-sweeper-run href="[^"]*/)(">)')
+
+
+def file_urls(text: str) -> str:
+    """A runs table's links made file URLs (``x/index.html``): the links MkDocs writes for
+    ``x/index.md`` when ``use_directory_urls`` is false."""
+    return _RUN_HREF.sub(r"\1index.html\2", text)
+
+
 def _run_cell(run: RunReport, lang: str, prefix: str = "") -> str:
     """The run's link, marked when the run is incomplete or nothing in it succeeded."""
-    cell = _link(esc(run.run_id), f"{prefix}{run.run_id}/index.md")
+    cell = _RUN_LINK.format(href=quote(f"{prefix}{run.run_id}"), text=esc(run.run_id))
     levels = run.levels
     if levels.empty or int(levels["requests"].sum()) == 0:
         cell += " " + html.escape(tr(lang, "(no measured request)"))
@@ -488,7 +501,7 @@ def _runs_table(runs: list[RunReport], lang: str, labelled: bool, prefix: str = 
         if labelled:
             row.append(labels_html(run.ts.manifest.labels) or "–")
         rows.append(row)
-    return table(header, rows, numeric=False)
+    return html_table(header, rows)
 
 
 def _filters(runs: list[RunReport], lang: str) -> str:
@@ -529,7 +542,8 @@ def render_index(
     """The runs grouped by model and GPU (a sortable, filterable table per group), the studies
     (id -> number of configurations), the comparisons, and the trace sets that could not be
     read."""
-    parts = [front_matter(tr(lang, "Runs")), "# " + html.escape(tr(lang, "Runs"))]
+    # Left out of the search: each row is its run's page, which search finds.
+    parts = [front_matter(tr(lang, "Runs"), searched=False), "# " + html.escape(tr(lang, "Runs"))]
     runs = [e.run for e in entries if e.run is not None]
     if runs:
         parts.append(
@@ -605,7 +619,7 @@ def render_group(model: str, gpu: str, runs: list[RunReport], lang: str) -> str:
     """One (model, GPU) group's page: its runs in the index's sortable table."""
     title = f"{model} · {gpu}"
     labelled = any(run.ts.manifest.labels for run in runs)
-    parts = [front_matter(title), "# " + esc(title)]
+    parts = [front_matter(title, searched=False), "# " + esc(title)]
     parts.append(
         html.escape(_runs_count(lang, len(runs)))
         + " · "
@@ -864,8 +878,19 @@ class _TablePages:
                 path.unlink(missing_ok=True)
 
 
-def generate_pages(traces_dir: Path, cache_dir: Path | None = None) -> dict[str, str]:
-    """Every generated page: relative path (under the docs folder) -> Markdown."""
+def generate_pages(
+    traces_dir: Path, cache_dir: Path | None = None, *, directory_urls: bool = True
+) -> dict[str, str]:
+    """Every generated page: relative path (under the docs folder) -> Markdown.
+    ``directory_urls``: the site's ``use_directory_urls`` (the runs tables' links are URLs)."""
+    pages = _generate_pages(traces_dir, cache_dir)
+    if not directory_urls:
+        tables = (f"{RUNS_DIR}/index.", f"{GROUPS_DIR}/")
+        pages = {p: file_urls(t) if p.startswith(tables) else t for p, t in pages.items()}
+    return pages
+
+
+def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> dict[str, str]:
     folders = candidate_folders(traces_dir)
     prints = [_fingerprint(f) for f in folders]
     key = (

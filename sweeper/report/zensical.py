@@ -423,7 +423,11 @@ def prepare(
     config = read_config(config_file)
     project = config_file.resolve().parent
     docs_dir = project / str(config.get("docs_dir", "docs"))
-    pages = site.generate_pages(traces_dir, project / PAGE_CACHE)
+    pages = site.generate_pages(
+        traces_dir,
+        project / PAGE_CACHE,
+        directory_urls=bool(config.get("use_directory_urls", True)),
+    )
     problems = strict_problems(traces_dir, project / PAGE_CACHE, pages)
     files = _docs_files(docs_dir)
     try:

@@ -102,7 +102,7 @@ def test_an_interrupted_run_says_what_is_missing_and_how_to_finish(tmp_path: Pat
     assert "这次运行未完成" in pages["zh"] and "从未测量的级别" in pages["zh"]
     _clean(pages)
     index = site.generate_pages(tmp_path / "traces")["runs/index.md"]
-    assert "[cut](cut/index.md) (incomplete)" in index
+    assert '<a data-sweeper-run href="cut/">cut</a> (incomplete)' in index
 
 
 def test_a_paused_level_is_named_and_measured_without_its_pause(tmp_path: Path) -> None:
@@ -182,9 +182,9 @@ def test_labels_are_on_the_run_page_and_in_the_index_as_text(tmp_path: Path) -> 
         )
         assert page_defects(page) == []
     assert 'input type="search" data-sweeper-filter' in index
-    assert '<span data-sweeper-col="labels">Labels</span> |' in index
-    plain_row = next(line for line in index.splitlines() if "[plain]" in line)
-    assert plain_row.endswith("| – |")
+    assert '<th><span data-sweeper-col="labels">Labels</span></th></tr>' in index
+    plain_row = next(line for line in index.splitlines() if 'href="plain/"' in line)
+    assert plain_row.endswith("<td>–</td></tr>")
 
 
 def test_counts_of_one_are_singular(tmp_path: Path) -> None:

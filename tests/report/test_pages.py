@@ -129,7 +129,7 @@ def test_broken_trace_set_gets_an_error_entry_and_the_others_publish(pages) -> N
         and "not valid JSON" in index
     )
     for run in (RUN_A, RUN_B, RUN_XSS):
-        assert f"({run}/index.md)" in index
+        assert f'<a data-sweeper-run href="{run}/">' in index
     assert "无法读取的 trace set" in pages["runs/index.zh.md"]
 
 

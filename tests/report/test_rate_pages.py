@@ -145,7 +145,7 @@ def test_the_runs_index_names_a_rate_run_by_its_rates(tmp_path: Path) -> None:
     pages = generate_pages(tmp_path)
     index = pages["runs/index.md"]
     row = next(line for line in index.splitlines() if "rate&#45;sat" in line)
-    assert "(all at once)" in row and "8 req/s</span> |" in row and "C=" not in row
+    assert "(all at once)" in row and "8 req/s</span></td></tr>" in row and "C=" not in row
     assert "8 请求/秒" in pages["runs/index.zh.md"]
 
 

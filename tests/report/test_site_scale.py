@@ -143,7 +143,10 @@ def test_the_index_groups_runs_by_model_and_gpu_with_sorting_and_filters(tmp_pat
         for facet in ("model", "gpu", "engine"):
             assert f'<select data-sweeper-facet="{facet}"' in index
         assert f'<option value="{esc("<img src=x onerror=alert(1)>")}">' in index
-        assert index.count("](run-") == 6  # every run once
+        # Every run once, linked by its URL (the table is HTML: Python-Markdown leaves it as is)
+        assert index.count('<a data-sweeper-run href="run-') == 6
+        assert index.count('href="run-0/"') == 1
+        assert "search:\n  exclude: true" in index  # the run pages are what search finds
     nav = site.generated_nav(pages)
     assert nav[0] == "runs/index.md"
     assert not any(re.fullmatch(r"runs/run-\d/index\.md", p) for p in nav)
@@ -152,7 +155,15 @@ def test_the_index_groups_runs_by_model_and_gpu_with_sorting_and_filters(tmp_pat
     for path in group_pages:
         for lang in ("en", "zh"):
             page = pages[site.page_path(path, lang)]
-            assert page_defects(page) == [] and "](../../run-" in page
+            assert page_defects(page) == [] and 'href="../../run-' in page
+    # A site without directory URLs links each run's index.html (as MkDocs would write it).
+    files = site.generate_pages(_runs(tmp_path / "again"), directory_urls=False)
+    for path, page in files.items():
+        if path.startswith(("runs/index.", "runs/groups/")):
+            assert 'href="run-' in page or 'href="../../run-' in page
+            assert not re.search(r'data-sweeper-run href="[^"]*/"', page), path
+            assert re.search(r'data-sweeper-run href="(\.\./\.\./)?run-\d/index\.html"', page)
+    assert files["runs/run-0/index.md"] == pages["runs/run-0/index.md"]
 
 
 def test_pages_rendered_in_worker_processes_are_the_same(
