@@ -136,6 +136,7 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             if _FILTER not in logger.filters:
                 logger.addFilter(_FILTER)
         search_index.install(config.plugins)
+        search_index.skip_idle_scrub(config.plugins)
         root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
         search_index.use_entry_cache(root / SEARCH_CACHE)
         render_cache.use_render_cache(root / RENDER_CACHE, config)

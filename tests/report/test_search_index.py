@@ -180,3 +180,38 @@ def test_a_cache_that_cannot_be_written_leaves_the_build_alone(tmp_path: Path, f
     assert cache is not None
     cache.save()  # no error: the build goes on without a cache
     assert not (blocked / "entries.json").exists()
+
+
+def test_the_scrub_runs_only_on_pages_that_hold_a_data_search_attribute(
+    tmp_path: Path, fresh_cache: None
+) -> None:
+    from mkdocs.config import load_config
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: t\ntheme:\n  name: material\nplugins:\n  - search\n", encoding="utf-8"
+    )
+    config = load_config(str(tmp_path / "mkdocs.yml"))
+    plugin = config.plugins["material/search"]
+    plugin.on_config(config)
+    handlers = config.plugins.events["page_context"]
+    assert search_index.skip_idle_scrub(config.plugins) is True
+    assert search_index.skip_idle_scrub(config.plugins) is True  # once, however often asked
+    assert sum(getattr(h, "_sweeper_idle_scrub", False) for h in handlers) == 1
+    assert not any(getattr(h, "__self__", None) is plugin for h in handlers)
+    plain = "<h1 id='a'>Run A</h1><p>tok/s 1,234</p>" * 50
+    marked = '<h1 id="a">Run A</h1><p data-search-exclude="x">hidden</p><p>shown</p>'
+    for content, scrubbed in (
+        (plain, plain),
+        (marked, '<h1 id="a">Run A</h1><p>hidden</p><p>shown</p>'),
+    ):
+        plugin.search_index.entries.clear()
+        page = _page(content)
+        config.plugins.run_event("page_context", {}, page=page, config=config, nav=None)
+        assert page.content == scrubbed
+        ours = copy.deepcopy(plugin.search_index.entries)
+        plugin.search_index.entries.clear()
+        theirs = _page(content)
+        type(plugin).on_page_context(plugin, {}, page=theirs, config=config, nav=None)
+        assert ours == plugin.search_index.entries and ours  # indexed as Material indexes it
+        assert theirs.content == page.content
