@@ -361,4 +361,6 @@ def test_two_folders_with_one_run_id_refuse_the_second_naming_both(tmp_path: Pat
     assert sorted(run_pages) == ["run-a", "run-b"]  # (runs/groups/: the model-and-GPU pages)
     assert "the-copy" not in (pages / "runs" / "run-a" / "index.md").read_text()  # not overwritten
     index = (pages / "runs" / "index.md").read_text()
-    assert index.count('href="run-a/"') == 1 and "is already the run id of" in index  # the copy named
+    assert (
+        index.count('href="run-a/"') == 1 and "is already the run id of" in index
+    )  # the copy named
