@@ -386,8 +386,8 @@ def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
     return peak_text, single, rec
 
 
-# A run's link in the runs tables (HTML: :func:`html_table`), written as a directory URL;
-# :func:`file_urls` makes it ``.../index.html`` for a site built with use_directory_urls off.
+# A run's (or a group's) link on the runs pages (HTML: :func:`html_table`), written as a
+# directory URL; :func:`file_urls` makes it ``.../index.html`` for a site built with use_directory_urls off.
 _RUN_LINK = '<a data-sweeper-run href="{href}/">{text}</a>'
 _RUN_HREF = re.compile(r'(<a data-sweeper-run href="[^"]*/)(">)')
 
@@ -568,7 +568,13 @@ def render_index(
             parts.append(f"## {esc(title)} {{ .sweeper-group #{group_slug(model, gpu)} }}")
             parts.append(
                 f'<p class="sweeper-group__count">{html.escape(_runs_count(lang, len(members)))}'
-                f" · {_link(html.escape(tr(lang, 'this group alone')), f'groups/{group_slug(model, gpu)}/index.md')}</p>"
+                # HTML, not a Markdown link: a block that opens with a tag is passed through.
+                " · "
+                + _RUN_LINK.format(
+                    href=f"groups/{group_slug(model, gpu)}",
+                    text=html.escape(tr(lang, "this group alone")),
+                )
+                + "</p>"
             )
             parts.append(_runs_table(members, lang, labelled))
     else:

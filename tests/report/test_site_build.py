@@ -145,3 +145,20 @@ def test_a_study_is_a_page_in_both_languages_listed_and_linked(built_site) -> No
             assert f'href="../{run_id}/"' in page
             member = (built_site.site_dir / prefix / "runs" / run_id / "index.html").read_text()
             assert f'href="../{STUDY}/"' in member
+
+
+def test_every_link_on_the_runs_index_leads_to_a_built_page(built_site) -> None:
+    for prefix in ("", "zh/"):
+        folder = built_site.site_dir / prefix / "runs"
+        index = (folder / "index.html").read_text()
+        article = index.split('<article class="md-content__inner', 1)[1].split("</article>")[0]
+        # A Markdown link inside a raw HTML block is shown as text: none may be left.
+        assert not re.search(r"\]\([^)]*\.md\)", article), prefix
+        group_links = re.findall(r'href="(groups/[^"#]+/)"', article)
+        assert group_links, prefix  # each group's "this group alone"
+        links = re.findall(r'href="([^"#:]+)"', article)
+        assert len(links) > len(group_links)
+        for link in links:
+            target = (folder / link).resolve()
+            target = target / "index.html" if link.endswith("/") else target
+            assert target.is_file(), f"{prefix}runs/index.html links {link}"
