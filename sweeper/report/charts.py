@@ -20,12 +20,14 @@ multi-turn sessions :func:`chart_ttft_by_turn`; for comparisons of runs :func:`c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import altair as alt
 import numpy as np
 import pandas as pd
+from altair.utils.schemapi import debug_mode
 
 from sweeper.analysis.thresholds import DEFAULT_SLO_TABLE
 from sweeper.findings.model import parse_slos
@@ -156,6 +158,23 @@ LABEL_KEYS: dict[str, dict[str, str]] = {
 }
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _unchecked(draw: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``draw`` with altair's debug mode off: altair checks each object against the Vega-Lite
+    schema as it is made, which cost a third of drawing a page's charts; the finished specs are
+    checked against the schema by the tests (tests/report/test_charts.py)."""
+
+    @functools.wraps(draw)
+    def drawn(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with debug_mode(False):
+            return draw(*args, **kwargs)
+
+    return drawn
+
+
 def _labels(chart: str, given: Mapping[str, str] | None) -> dict[str, str]:
     out = dict(LABEL_KEYS[chart])
     if given:
@@ -239,6 +258,7 @@ def _js_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+@_unchecked
 def chart_throughput_latency(
     levels: pd.DataFrame,
     labels: Mapping[str, str] | None = None,
@@ -287,10 +307,10 @@ def chart_throughput_latency(
         alt.Tooltip("ttft_ms:Q", title=lab["y"], format=",.1f"),
     ]
     lines = base.mark_line(point=alt.OverlayMarkDef(size=50, filled=True)).encode(
-        x=x, y=y, color=colour, order="concurrency:Q", tooltip=tooltip
+        x=x, y=y, color=colour, order=alt.Order("concurrency:Q"), tooltip=tooltip
     )
     text = base.mark_text(dx=6, dy=-8, align="left", fontSize=10, color="#555").encode(
-        x=x, y=y, text="point_label:N"
+        x=x, y=y, text=alt.Text("point_label:N")
     )
     layers: list[Any] = []
     bands = [s for s in slos_ms if s > 0]
@@ -300,17 +320,20 @@ def chart_throughput_latency(
             f"{lab['slo']} {v / 1000:g} s" if v >= 1000 else f"{lab['slo']} {v:g} ms" for v in bands
         ]
         rules = (
-            alt.Chart(slo).mark_rule(color=_GREY, strokeWidth=6, opacity=0.25).encode(y="slo_ms:Q")
+            alt.Chart(slo)
+            .mark_rule(color=_GREY, strokeWidth=6, opacity=0.25)
+            .encode(y=alt.Y("slo_ms:Q"))
         )
         rule_text = (
             alt.Chart(slo)
             .mark_text(align="right", baseline="bottom", dx=-2, dy=-4, color="#777", fontSize=10)
-            .encode(y="slo_ms:Q", x=alt.value(CHART_WIDTH_PX), text="slo_label:N")
+            .encode(y=alt.Y("slo_ms:Q"), x=alt.XValue(CHART_WIDTH_PX), text=alt.Text("slo_label:N"))
         )
         layers += [rules, rule_text]
     return _finish(alt.layer(*layers, lines, text))
 
 
+@_unchecked
 def chart_scaling(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.LayerChart:
     """Measured throughput against ideal linear scaling (C x single-stream), log-log; each measured
     point labelled with its scaling efficiency."""
@@ -377,6 +400,7 @@ def chart_scaling(levels: pd.DataFrame, labels: Mapping[str, str] | None = None)
     return _finish(alt.layer(lines, text))
 
 
+@_unchecked
 def chart_marginal_gain(
     levels: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.LayerChart:
@@ -420,16 +444,21 @@ def chart_marginal_gain(
         {"reference_tok_s": [reference], "label": [f"{lab['reference']} {reference:,.1f} tok/s"]}
     )
     rule = (
-        alt.Chart(ref).mark_rule(color=_VERMILION, strokeDash=[5, 4]).encode(y="reference_tok_s:Q")
+        alt.Chart(ref)
+        .mark_rule(color=_VERMILION, strokeDash=[5, 4])
+        .encode(y=alt.Y("reference_tok_s:Q"))
     )
     rule_text = (
         alt.Chart(ref)
         .mark_text(align="right", baseline="bottom", dy=-3, color=_VERMILION, fontSize=10)
-        .encode(y="reference_tok_s:Q", x=alt.value(CHART_WIDTH_PX), text="label:N")
+        .encode(
+            y=alt.Y("reference_tok_s:Q"), x=alt.XValue(CHART_WIDTH_PX), text=alt.Text("label:N")
+        )
     )
     return _finish(alt.layer(bar, rule, rule_text))
 
 
+@_unchecked
 def chart_itl_split(
     levels: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.LayerChart:
@@ -472,7 +501,7 @@ def chart_itl_split(
         .encode(
             x=x,
             y=alt.Y("itl_p50_ms:Q", title=lab["y"], scale=alt.Scale(type="log")),
-            y2="itl_p99_ms:Q",
+            y2=alt.Y2("itl_p99_ms:Q"),
             tooltip=[
                 level_tip,
                 alt.Tooltip("itl_p50_ms:Q", format=",.1f"),
@@ -506,6 +535,7 @@ def chart_itl_split(
     return _finish(alt.layer(band, lines))
 
 
+@_unchecked
 def chart_e2el_breakdown(
     levels: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.Chart:
@@ -560,6 +590,7 @@ def chart_e2el_breakdown(
     return _finish(chart)
 
 
+@_unchecked
 def chart_kv_occupancy(
     levels: pd.DataFrame,
     labels: Mapping[str, str] | None = None,
@@ -617,12 +648,12 @@ def chart_kv_occupancy(
     rule = (
         alt.Chart(ceiling)
         .mark_rule(color=_VERMILION, strokeDash=[5, 4], strokeWidth=2)
-        .encode(y="occupancy:Q")
+        .encode(y=alt.Y("occupancy:Q"))
     )
     rule_text = (
         alt.Chart(ceiling)
         .mark_text(align="left", baseline="bottom", dx=4, dy=-3, color=_VERMILION, fontSize=10)
-        .encode(y="occupancy:Q", x=alt.value(0), text="label:N")
+        .encode(y=alt.Y("occupancy:Q"), x=alt.XValue(0), text=alt.Text("label:N"))
     )
     layers: list[Any] = [bars, rule, rule_text]
     if observed is not None and not observed.empty and "kv_usage_max" in observed.columns:
@@ -652,6 +683,7 @@ def chart_kv_occupancy(
     return _finish(alt.layer(*layers))
 
 
+@_unchecked
 def chart_rate_follow(
     rates: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.LayerChart:
@@ -692,7 +724,7 @@ def chart_rate_follow(
         .encode(
             x=_rate_x(frame, lab["x"]),
             y=alt.Y("rps:Q", title=lab["y"], scale=alt.Scale(type="log")),
-            detail="draw_order:O",
+            detail=alt.Detail("draw_order:O"),
             color=alt.Color(
                 "series:N",
                 title=lab["series"],
@@ -703,7 +735,7 @@ def chart_rate_follow(
                 title=lab["series"],
                 scale=alt.Scale(domain=domain, range=[[5, 4], [1, 0], [1, 0]]),
             ),
-            order="concurrency:Q",
+            order=alt.Order("concurrency:Q"),
             tooltip=[
                 alt.Tooltip(f"{RATE_LABEL}:N", title=lab["level"]),
                 alt.Tooltip("series:N", title=lab["series"]),
@@ -714,6 +746,7 @@ def chart_rate_follow(
     return _finish(chart)
 
 
+@_unchecked
 def chart_rate_latency(levels: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
     """A rate sweep: p50 and p99 TTFT counted from the schedule (what a user waits: the client's
     queue included) against the offered rate, log-log: flat while the server keeps up, rising
@@ -751,7 +784,7 @@ def chart_rate_latency(levels: pd.DataFrame, labels: Mapping[str, str] | None = 
                 title=lab["series"],
                 scale=alt.Scale(domain=[lab["p50"], lab["p99"]], range=[_BLUE, _VERMILION]),
             ),
-            order="concurrency:Q",
+            order=alt.Order("concurrency:Q"),
             tooltip=[
                 alt.Tooltip(f"{RATE_LABEL}:N", title=lab["level"]),
                 alt.Tooltip("series:N", title=lab["series"]),
@@ -762,6 +795,7 @@ def chart_rate_latency(levels: pd.DataFrame, labels: Mapping[str, str] | None = 
     return _finish(chart)
 
 
+@_unchecked
 def chart_ttft_by_turn(turns: pd.DataFrame, labels: Mapping[str, str] | None = None) -> alt.Chart:
     """Multi-turn sessions: p50 TTFT of each turn of a conversation, one line per level
     (:func:`sweeper.analysis.frames.turn_frame` plus a ``level_label`` column): later turns
@@ -839,6 +873,7 @@ def _timeline_parts(level: pd.DataFrame, lab: Mapping[str, str]) -> tuple[pd.Dat
     return parts, first.to_numpy()
 
 
+@_unchecked
 def chart_request_timeline(
     requests: pd.DataFrame,
     concurrency: int,
@@ -873,7 +908,7 @@ def chart_request_timeline(
         .mark_bar(height={"band": 0.8})
         .encode(
             x=alt.X("from_s:Q", title=lab["x"]),
-            x2="to_s:Q",
+            x2=alt.X2("to_s:Q"),
             y=y,
             color=alt.Color(
                 "part:N",
@@ -893,7 +928,7 @@ def chart_request_timeline(
         alt.Chart(pd.DataFrame({"request": order, "first_token_s": first}))
         .mark_tick(color="#222", thickness=1.5)
         .encode(
-            x="first_token_s:Q",
+            x=alt.X("first_token_s:Q"),
             y=y,
             tooltip=[alt.Tooltip("first_token_s:Q", title=lab["first_token"], format=",.3f")],
         )
@@ -927,7 +962,7 @@ def _compare_curves(
             x=alt.X(f"{x}:Q", title=lab["x"]),
             y=alt.Y(f"{y}:Q", title=lab["y"], scale=y_scale),
             color=alt.Color("run:N", title=lab["run"]),
-            order="concurrency:Q",
+            order=alt.Order("concurrency:Q"),
             tooltip=[
                 alt.Tooltip("run:N", title=lab["run"]),
                 alt.Tooltip(f"{RATE_LABEL}:N", title=lab["concurrency"])
@@ -941,6 +976,7 @@ def _compare_curves(
     return _finish(chart)
 
 
+@_unchecked
 def chart_compare_latency(
     levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.Chart:
@@ -953,6 +989,7 @@ def chart_compare_latency(
     return _compare_curves(frame, "output_throughput_tok_s", "ttft_p99_ms", lab, log_y=True)
 
 
+@_unchecked
 def chart_compare_per_gpu(
     levels_by_run: pd.DataFrame, labels: Mapping[str, str] | None = None
 ) -> alt.Chart:
