@@ -387,7 +387,8 @@ def _headline_numbers(run: RunReport, lang: str) -> tuple[str, str, str]:
 
 
 # A run's (or a group's) link on the runs pages (HTML: :func:`html_table`), written as a
-# directory URL; :func:`file_urls` makes it ``.../index.html`` for a site built with use_directory_urls off.
+# directory URL; :func:`file_urls` makes it ``.../index.html`` for a site built with
+# use_directory_urls off.
 _RUN_LINK = '<a data-sweeper-run href="{href}/">{text}</a>'
 _RUN_HREF = re.compile(r'(<a data-sweeper-run href="[^"]*/)(">)')
 
