@@ -154,6 +154,36 @@ def test_chart_is_valid_vega_lite_and_draws_offline(name: str, frames) -> None:
     assert svg.startswith("<svg") and ("<path" in svg or "<line" in svg)
 
 
+@pytest.mark.parametrize("name", charts.RUN_CHARTS + charts.COMPARE_CHARTS)
+def test_chart_is_drawn_without_altairs_costly_paths(
+    name: str, frames, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drawing a chart builds no schema lookup (a shorthand string or ``alt.value`` channel
+    makes altair hash its ~600 schema classes, ~5 ms a channel) and checks nothing against the
+    schema as objects are made (the test above checks the finished spec): together they were
+    half of a run page's cost."""
+    from altair.utils import schemapi
+
+    built: list[str] = []
+    lookup = schemapi._FromDict.__init__
+    checked = schemapi.SchemaBase.validate
+
+    def counted_lookup(self, *args, **kwargs):
+        built.append("schema lookup")
+        lookup(self, *args, **kwargs)
+
+    def counted_check(cls, *args, **kwargs):
+        built.append("schema check")
+        return checked.__func__(cls, *args, **kwargs)
+
+    monkeypatch.setattr(schemapi._FromDict, "__init__", counted_lookup)
+    monkeypatch.setattr(schemapi.SchemaBase, "validate", classmethod(counted_check))
+    chart = _build(name, frames)
+    assert built == []
+    chart.to_dict()  # the same counters do see altair's own work
+    assert "schema check" in built
+
+
 def test_throughput_latency_encodes_log_ttft_against_throughput_with_slo_bands(frames) -> None:
     levels = frames[0]
     spec = charts.chart_throughput_latency(
