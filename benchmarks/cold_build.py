@@ -18,7 +18,6 @@ HTML page of the last two builds is compared: they must be byte-identical.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import statistics
@@ -28,14 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from site_build import MIB, ROOT, Build, mkdocs_build, project_tree
-
-
-def _pages(site: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in site.rglob("*.html")
-    }
+from site_build import MIB, ROOT, Build, html_digests, mkdocs_build, project_tree
 
 
 def _worktree(commit: str, folder: Path) -> Path:
@@ -51,31 +43,24 @@ def _worktree(commit: str, folder: Path) -> Path:
 
 
 def _build(tree: Path, work: Path, pythonpath: str | None) -> Build:
+    """A cold build of a fresh copy of ``tree`` in ``work``, importing sweeper from
+    ``pythonpath`` (None: this working tree)."""
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(tree, work, symlinks=True)
-    saved = os.environ.get("PYTHONPATH")
-    try:
-        if pythonpath is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = pythonpath
-        # The code the build will import, checked: a wrong path would compare a commit with itself.
-        found = subprocess.run(
-            [sys.executable, "-c", "import sweeper; print(sweeper.__file__)"],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        expected = Path(pythonpath) if pythonpath is not None else ROOT
-        if not Path(found).resolve().is_relative_to(expected.resolve()):
-            sys.exit(f"the build would import {found}, not sweeper from {expected}")
-        return mkdocs_build(work, work / "traces")
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    env = {"PYTHONPATH": pythonpath or ""}  # an empty PYTHONPATH adds nothing to the path
+    # The code the build will import, checked: a wrong path would compare a commit with itself.
+    found = subprocess.run(
+        [sys.executable, "-c", "import sweeper; print(sweeper.__file__)"],
+        cwd=work,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    expected = Path(pythonpath) if pythonpath is not None else ROOT
+    if not Path(found).resolve().is_relative_to(expected.resolve()):
+        sys.exit(f"the build would import {found}, not sweeper from {expected}")
+    return mkdocs_build(work, work / "traces", env)
 
 
 def _row(label: str, builds: list[Build]) -> str:
@@ -109,7 +94,7 @@ def main() -> None:
                     build = _build(tree, root / f"build-{label}", path)
                     builds[label].append(build)
                     print(f"  {label} #{i + 1}: {build.wall:.1f} s", file=sys.stderr, flush=True)
-            same = _pages(root / "build-baseline" / "site") == _pages(
+            same = html_digests(root / "build-baseline" / "site") == html_digests(
                 root / "build-current" / "site"
             )
         finally:

@@ -17,23 +17,15 @@ page of the three warm builds must be byte-identical.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from site_build import Build, mkdocs_build, project_tree, write_runs
+from site_build import Build, html_digests, mkdocs_build, project_tree, write_runs
 
 from sweeper.report.mkdocs_plugin import HTML_CACHE, RENDER_CACHE
-
-
-def _pages(site: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in site.rglob("*.html")
-    }
 
 
 def measure(runs: int) -> tuple[list[Build], int, bool]:
@@ -45,14 +37,14 @@ def measure(runs: int) -> tuple[list[Build], int, bool]:
         cold = mkdocs_build(work, traces)
         write_runs(traces, runs + 1, start=runs)
         cached = mkdocs_build(work, traces)
-        with_cache = _pages(work / "site")
+        with_cache = html_digests(work / "site")
         shutil.rmtree(work / HTML_CACHE)
         themed = mkdocs_build(work, traces)
-        same = _pages(work / "site") == with_cache
+        same = html_digests(work / "site") == with_cache
         shutil.rmtree(work / HTML_CACHE)
         shutil.rmtree(work / RENDER_CACHE)
         rendered = mkdocs_build(work, traces)
-        same = same and _pages(work / "site") == with_cache
+        same = same and html_digests(work / "site") == with_cache
     return [cold, cached, themed, rendered], len(with_cache), same
 
 

@@ -25,6 +25,7 @@ Wall times depend on how busy the machine is (run ``uptime`` beside them); CPU s
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import os
 import re
@@ -96,6 +97,14 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, flo
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * KIB, err
 
 
+def html_digests(site: Path) -> dict[str, str]:
+    """Every HTML page of a built site: relative path -> sha256 (to compare two builds)."""
+    return {
+        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in site.rglob("*.html")
+    }
+
+
 GENERATED = re.compile(r"sweeper: generated (\d+) pages in ([\d.]+) s")
 
 
@@ -107,9 +116,15 @@ class Build:
     generation: float | None = None
 
 
-def mkdocs_build(work: Path, traces: Path) -> Build:
-    """One ``mkdocs build --strict`` (INFO on, for the plugin's timing line)."""
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SWEEPER_TRACES_DIR": str(traces)}
+def mkdocs_build(work: Path, traces: Path, env: dict[str, str] | None = None) -> Build:
+    """One ``mkdocs build --strict`` (INFO on, for the plugin's timing line); ``env``: variables
+    set for it on top of this process's."""
+    env = {
+        **os.environ,
+        "NO_MKDOCS_2_WARNING": "1",
+        "SWEEPER_TRACES_DIR": str(traces),
+        **(env or {}),
+    }
     command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(work / "mkdocs.yml")]
     wall, cpu, rss, err = _run([*command, "-d", str(work / "site")], work, env)
     found = GENERATED.search(err)
