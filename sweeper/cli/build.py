@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from sweeper.cli._common import check_writable_folder, friendly_errors, traces_option
-from sweeper.report.site import GENERATED_DIRS, build_pages, load_entries
+from sweeper.report.site import GENERATED_DIRS, LINK_STYLES, build_pages, load_entries
 
 
 @click.command("build")
@@ -25,8 +25,17 @@ from sweeper.report.site import GENERATED_DIRS, build_pages, load_entries
     show_default=True,
     help="Where the Markdown goes (runs/ and compare/ are created in it and owned by sweeper).",
 )
+@click.option(
+    "--links",
+    type=click.Choice(LINK_STYLES),
+    default="site",
+    show_default=True,
+    help="site: links as a site built from the folder serves them (run/; MkDocs, Zensical). "
+    "files: links to the Markdown files (run/index.md, run/index.zh.md on the Chinese pages), "
+    "to read the pages on GitHub or in an editor.",
+)
 @friendly_errors
-def build_command(traces_dir: Path, out_dir: Path) -> None:
+def build_command(traces_dir: Path, out_dir: Path, links: str) -> None:
     """Write the report pages of every trace set as Markdown (en + zh).
 
     Per trace set runs/<run-id>/index.md (English) and index.zh.md (Chinese), the index of runs
@@ -37,9 +46,10 @@ def build_command(traces_dir: Path, out_dir: Path) -> None:
     Examples:
       sweeper build                       # traces/ -> docs/runs/, docs/compare/
       sweeper build --traces my-runs --out /tmp/pages
+      sweeper build --out pages --links files   # to read on GitHub
     """
     check_writable_folder(out_dir)
-    pages = build_pages(traces_dir, out_dir)
+    pages = build_pages(traces_dir, out_dir, links=links)
     entries = load_entries(traces_dir)
     click.echo(
         f"wrote {len(pages)} pages to {', '.join(str(out_dir / d) for d in GENERATED_DIRS)} "

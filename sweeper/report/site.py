@@ -32,6 +32,7 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import posixpath
 import re
 import signal
 import threading
@@ -40,7 +41,7 @@ from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pandas as pd
 
@@ -397,6 +398,40 @@ def file_urls(text: str) -> str:
     """A runs table's links made file URLs (``x/index.html``): the links MkDocs writes for
     ``x/index.md`` when ``use_directory_urls`` is false."""
     return _RUN_HREF.sub(r"\1index.html\2", text)
+
+
+# A Markdown link to a page: its target's path (relative, a .md file) and any #anchor.
+_MD_LINK = re.compile(r"(\]\()([^)\s:#]+\.md)(#[^)\s]*)?(\))")
+_RUN_FOLDER = re.compile(r'(<a data-sweeper-run href=")([^"]*/)(">)')
+
+
+def markdown_file_links(pages: Mapping[str, str], others: Iterable[str] = ()) -> dict[str, str]:
+    """``pages`` with their links pointing at the Markdown files, for reading them where no
+    site is built (GitHub, an editor): a runs table's ``x/`` becomes ``x/index.md``, and a
+    translated page's link to a page that exists in its language (one of ``pages``, or of
+    ``others``: the docs folder's own files) leads to that translation (``index.zh.md``), as the
+    site's i18n plugin would. Paths are relative to the docs folder, with ``/``."""
+    known = set(pages) | set(others)
+    out = {}
+    for path, text in pages.items():
+        lang = next((lg for lg in LANGUAGES[1:] if path.endswith(f".{lg}.md")), LANGUAGES[0])
+        folder = posixpath.dirname(path)
+
+        def in_language(target: str, lang: str = lang, folder: str = folder) -> str:
+            if lang == LANGUAGES[0]:
+                return target
+            resolved = posixpath.normpath(posixpath.join(folder, unquote(target)))
+            if page_path(resolved, lang) in known:
+                return page_path(target, lang)
+            return target
+
+        text = _RUN_FOLDER.sub(
+            lambda m: m.group(1) + in_language(m.group(2) + "index.md") + m.group(3), text
+        )
+        out[path] = _MD_LINK.sub(
+            lambda m: m.group(1) + in_language(m.group(2)) + (m.group(3) or "") + m.group(4), text
+        )
+    return out
 
 
 def _run_cell(run: RunReport, lang: str, prefix: str = "") -> str:
@@ -1014,13 +1049,30 @@ def write_pages(pages: Mapping[str, str], docs_dir: Path) -> int:
     return changed
 
 
-def build_pages(traces_dir: Path | str, docs_dir: Path | str) -> dict[str, str]:
+LINK_STYLES = ("site", "files")
+
+
+def build_pages(
+    traces_dir: Path | str, docs_dir: Path | str, *, links: str = "site"
+) -> dict[str, str]:
     """Generate the report pages of every trace set in ``traces_dir`` (Markdown, en + zh) and
     write them under ``docs_dir`` (runs/, compare/); returns the pages by path. Every page is
     generated before any is written: a build that fails (a missing traces folder, an output
-    folder sweeper did not create) leaves the pages written before as they were."""
+    folder sweeper did not create) leaves the pages written before as they were. ``links``:
+    ``site``, the links a site built from the folder serves (MkDocs, Zensical); ``files``, links
+    to the Markdown files themselves (:func:`markdown_file_links`)."""
+    if links not in LINK_STYLES:
+        raise SweeperError(f"links must be one of {', '.join(LINK_STYLES)}, not {links!r}")
+    docs = Path(docs_dir)
     pages = generate_pages(check_traces_dir(Path(traces_dir)))
-    write_pages(pages, Path(docs_dir))
+    if links == "files":
+        others = (
+            p.relative_to(docs).as_posix()
+            for p in (docs.rglob("*.md") if docs.is_dir() else ())
+            if p.relative_to(docs).parts[0] not in GENERATED_DIRS
+        )
+        pages = markdown_file_links(pages, others)
+    write_pages(pages, docs)
     return pages
 
 
@@ -1029,6 +1081,7 @@ __all__ = [
     "check_traces_dir",
     "generate_pages",
     "generated_nav",
+    "markdown_file_links",
     "render_comparison",
     "render_index",
     "study_folders",

@@ -179,6 +179,65 @@ def test_sweeper_build_writes_the_same_markdown(tmp_path: Path, site_traces: Pat
         assert (tmp_path / relative).read_text(encoding="utf-8") == text
 
 
+_LINK = re.compile(r'href="([^"#:]+)"|\]\(([^)\s:#]+\.md)')
+
+
+def test_sweeper_build_links_files_lead_to_the_markdown_files_of_each_language(
+    tmp_path: Path, site_traces: Path, pages
+) -> None:
+    (tmp_path / "index.md").write_text("# Home\n")  # the docs folder's own page, English only
+    result = CliRunner().invoke(
+        cli, ["build", "--traces", str(site_traces), "--out", str(tmp_path), "--links", "files"]
+    )
+    assert f"wrote {len(pages)} pages" in result.output, result.output
+    checked = 0
+    for relative in pages:
+        page = tmp_path / relative
+        for match in _LINK.finditer(page.read_text(encoding="utf-8")):
+            link = match.group(1) or match.group(2)
+            target = (page.parent / site.unquote(link)).resolve()
+            assert target.is_file(), f"{relative} links {link}"
+            translated = relative.endswith(".zh.md")
+            stem = target.name.removesuffix(".md").removesuffix(".zh")
+            zh_exists = (target.parent / f"{stem}.zh.md").is_file()
+            assert target.name.endswith(".zh.md") == (translated and zh_exists), (relative, link)
+            checked += 1
+    assert checked
+    # Each language's runs index links every run page of that language.
+    runs = {p.split("/")[1] for p in pages if p.count("/") == 2 and p.startswith("runs/")}
+    for name in ("index.md", "index.zh.md"):
+        index = (tmp_path / "runs" / name).read_text(encoding="utf-8")
+        for run in runs - {"groups"}:
+            if (tmp_path / "runs" / run / "index.md").is_file():
+                assert f'href="{site.quote(run)}/{name}"' in index or f"({run}/{name})" in index
+
+
+def test_markdown_file_links_translate_only_to_pages_that_exist() -> None:
+    pages = {
+        "runs/index.md": '<a data-sweeper-run href="a%20b/">a b</a> [home](../index.md)',
+        "runs/index.zh.md": '<a data-sweeper-run href="a%20b/">a b</a> [home](../index.md#top)'
+        " [guide](../guide.md)",
+        "runs/a b/index.md": "",
+        "runs/a b/index.zh.md": "",
+    }
+    out = site.markdown_file_links(pages, ["index.md", "index.zh.md", "guide.md"])
+    assert out["runs/index.md"] == (
+        '<a data-sweeper-run href="a%20b/index.md">a b</a> [home](../index.md)'
+    )
+    assert out["runs/index.zh.md"] == (
+        '<a data-sweeper-run href="a%20b/index.zh.md">a b</a> [home](../index.zh.md#top)'
+        " [guide](../guide.md)"
+    )
+
+
+def test_sweeper_build_refuses_an_unknown_link_style(tmp_path: Path, site_traces: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["build", "--traces", str(site_traces), "--out", str(tmp_path), "--links", "md"]
+    )
+    assert result.exit_code == 2 and "'md' is not one of 'site', 'files'" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
 def test_sweeper_build_error_is_one_line(tmp_path: Path, site_traces: Path) -> None:
     (tmp_path / "compare").mkdir()
     (tmp_path / "compare" / "x.md").write_text("mine")

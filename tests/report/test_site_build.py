@@ -147,6 +147,38 @@ def test_a_study_is_a_page_in_both_languages_listed_and_linked(built_site) -> No
             assert f'href="../{STUDY}/"' in member
 
 
+def _article_links(page: Path) -> list[str]:
+    """The relative links of a built page's article (the theme's own links left out)."""
+    article = page.read_text().split('<article class="md-content__inner', 1)[1]
+    return re.findall(r'href="([^"#:]+)"', article.split("</article>")[0])
+
+
+def test_a_site_without_directory_urls_links_every_generated_page_as_a_file(
+    tmp_path: Path, readable_traces: Path
+) -> None:
+    """``use_directory_urls: false`` (a site opened from disk, or served without directory
+    indexes): the runs tables' links, which are HTML, must name ``index.html`` as MkDocs'
+    own links do."""
+    config = copy_project_site(tmp_path)
+    config.write_text(config.read_text() + "\nuse_directory_urls: false\n")
+    site_dir = tmp_path / "site"
+    result = mkdocs_build(config, site_dir, readable_traces, "http://127.0.0.1:8000/")
+    assert result.returncode == 0, result.stderr[-3000:]
+    pages = [site_dir / prefix / "runs" / "index.html" for prefix in ("", "zh/")] + sorted(
+        site_dir.glob("**/runs/groups/*/index.html")
+    )
+    assert len(pages) > 2  # both indexes and a group page per language at least
+    run_pages = {p.parent.name for p in site_dir.glob("runs/*/index.html")} - {"groups"}
+    for page in pages:
+        links = _article_links(page)
+        linked = {link.split("/")[0] for link in links if link.endswith("/index.html")}
+        if page.parent.name == "runs":
+            assert run_pages <= linked, page  # every run, from the index of each language
+        for link in links:
+            assert not link.endswith("/"), f"{page} links {link}: a folder, not a page"
+            assert (page.parent / link).resolve().is_file(), f"{page} links {link}"
+
+
 def test_every_link_on_the_runs_index_leads_to_a_built_page(built_site) -> None:
     for prefix in ("", "zh/"):
         folder = built_site.site_dir / prefix / "runs"
