@@ -26,6 +26,7 @@ rebuilds cost nothing for unchanged runs) and, given a ``cache_dir``, on disk (a
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import html
 import logging
@@ -36,7 +37,7 @@ import posixpath
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
@@ -273,21 +274,41 @@ def _render_slim(folder: Path) -> RunEntry:
 
 def _render_worker_start() -> None:
     """A render worker ends with the build: Ctrl-C is the build's to handle (it stops the pool),
-    and on Linux the kernel sends the worker SIGTERM when the build dies, however it dies."""
+    and on Linux the kernel sends the worker SIGTERM when the build dies, however it dies. Its
+    cyclic garbage collector runs, whatever the build's was doing when it forked."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_death_signal()
+    gc.enable()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while many objects that are kept arrive at once
+    (the cached reports of a thousand runs: some 400 tracked objects each). Each collection
+    would go over all of them again while they pile up, which took two thirds of the time of
+    reading them; they hold no cycle to collect, and whatever else is left over is collected
+    once the collector runs again."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _render_all(folders: list[Path], cache_dir: Path | None) -> None:
     """Render the trace sets no cache holds, in ``render_jobs()`` processes when there are
     enough of them (forked: the modules are already imported)."""
     todo = []
-    for folder in folders:
-        fingerprint, disk, entry = _lookup(folder, cache_dir)
-        if entry is None:
-            todo.append((folder, fingerprint, disk))
-        else:
-            _CACHE[folder.resolve()] = (fingerprint, entry)
+    with collector_paused():
+        for folder in folders:
+            fingerprint, disk, entry = _lookup(folder, cache_dir)
+            if entry is None:
+                todo.append((folder, fingerprint, disk))
+            else:
+                _CACHE[folder.resolve()] = (fingerprint, entry)
     jobs = min(render_jobs(), len(todo))
     # Forked only from a process without other threads (under `mkdocs serve` its server and
     # watcher run: a fork there could copy a lock another thread holds).
@@ -300,8 +321,9 @@ def _render_all(folders: list[Path], cache_dir: Path | None) -> None:
     pool = mp.get_context("fork").Pool(jobs, initializer=_render_worker_start)
     try:
         entries = pool.imap(_render_slim, [f for f, _, _ in todo], chunksize=1)
-        for (folder, fingerprint, disk), entry in zip(todo, entries, strict=True):
-            _keep(folder, fingerprint, disk, entry)
+        with collector_paused():  # the workers are forked: only this process's is paused
+            for (folder, fingerprint, disk), entry in zip(todo, entries, strict=True):
+                _keep(folder, fingerprint, disk, entry)
         pool.close()
     except BaseException:
         pool.terminate()  # Ctrl-C or an error: the workers stop now, not after the queue

@@ -5,6 +5,7 @@ lists the groups, not every run."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -328,3 +329,85 @@ def test_a_bad_jobs_count_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("SWEEPER_JOBS", "many")
     with pytest.raises(site.SweeperError, match=r"SWEEPER_JOBS='many'.*number of processes"):
         site.render_jobs()
+
+
+def test_the_collector_is_paused_while_cached_reports_load_and_restored_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = _runs(tmp_path / "traces")
+    site.generate_pages(traces, tmp_path / "cache")  # every report on disk
+    _forget()
+    states: list[bool] = []
+    lookup = site._lookup
+
+    def watched(folder: Path, cache_dir: Path | None) -> tuple:
+        states.append(gc.isenabled())
+        return lookup(folder, cache_dir)
+
+    monkeypatch.setattr(site, "_lookup", watched)
+    assert gc.isenabled()
+    site.generate_pages(traces, tmp_path / "cache")
+    # The six reads from disk (then each folder's entry again, from memory).
+    assert states[:6] == [False] * 6
+    assert gc.isenabled()
+    with pytest.raises(KeyError), site.collector_paused():
+        raise KeyError("a failed read")
+    assert gc.isenabled()  # restored on an error too
+    gc.disable()
+    try:
+        with site.collector_paused():
+            pass
+        assert not gc.isenabled()  # a collector paused by the caller stays paused
+    finally:
+        gc.enable()
+
+
+# Run in a process of its own: the pool forks only where no other thread runs, and a build's
+# collector state is process-wide.
+_GC_PROBE = """
+import gc, json, sys
+from pathlib import Path
+from mkdocs.config import load_config
+from sweeper.report import site
+
+def probe(folder):
+    return site.RunEntry(folder, error=f"collector {'on' if gc.isenabled() else 'off'}")
+
+site._render_slim = probe
+folders = sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir())
+gc.disable()  # as the MkDocs plugin leaves it while it generates
+site._render_all(folders, None)
+workers = sorted({site._CACHE[f.resolve()][1].error for f in folders})
+after_render = gc.isenabled()
+gc.enable()
+site._CACHE.clear()
+config = load_config(sys.argv[2])
+config.plugins.on_config(config)
+print(json.dumps({"workers": workers, "after_render": after_render,
+                  "frozen": gc.get_freeze_count(), "enabled": gc.isenabled()}))
+"""
+
+
+def test_render_workers_collect_and_a_build_sets_its_reports_aside(tmp_path: Path) -> None:
+    traces = _runs(tmp_path / "traces")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(f"site_name: gc\nplugins:\n  - sweeper:\n      traces_dir: {traces}\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE, str(traces), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SWEEPER_JOBS": "2", "NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    # Forked from a process whose collector was paused, each worker runs its own.
+    assert found["workers"] == ["collector on"]
+    assert found["after_render"] is False  # the caller's pause is left as it was
+    # The plugin generated the pages with the collector paused, set them aside, and resumed.
+    assert found["frozen"] > 10_000
+    assert found["enabled"] is True
