@@ -117,6 +117,11 @@ _TABLES: dict[str, str] = {}
 TABLES_DIR = "tables"
 
 
+def page_language(path: str) -> str:
+    """The language of a generated page, by its suffix (``index.zh.md``: zh)."""
+    return next((lg for lg in LANGUAGES[1:] if path.endswith(f".{lg}.md")), LANGUAGES[0])
+
+
 def page_path(relative: str, lang: str) -> str:
     """``runs/x/index.md`` in ``lang``: the suffix layout of mkdocs-static-i18n."""
     if lang == LANGUAGES[0]:
@@ -436,7 +441,7 @@ def markdown_file_links(pages: Mapping[str, str], others: Iterable[str] = ()) ->
     known = set(pages) | set(others)
     out = {}
     for path, text in pages.items():
-        lang = next((lg for lg in LANGUAGES[1:] if path.endswith(f".{lg}.md")), LANGUAGES[0])
+        lang = page_language(path)
         folder = posixpath.dirname(path)
 
         def in_language(target: str, lang: str = lang, folder: str = folder) -> str:
@@ -971,7 +976,7 @@ def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> dict[str, str]:
     pages: dict[str, str] = {}
     for entry in entries:
         for path, text in (entry.pages or {}).items():
-            lang = next((lg for lg in LANGUAGES[1:] if path.endswith(f".{lg}.md")), LANGUAGES[0])
+            lang = page_language(path)
             run = entry.run
             pages[path] = with_study_link(text, run, lang, counts) if run is not None else text
     pages.update(studies)
