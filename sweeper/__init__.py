@@ -17,9 +17,9 @@ set is imported when first used, so ``import sweeper`` stays quick.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sweeper.lazy import lazy_names
 from sweeper.store import TraceSet, discover_trace_sets, load_trace_set
 from sweeper.version import __version__
 
@@ -43,18 +43,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sweeper' has no attribute {name!r}")
-    loaded = import_module(module)
-    value = loaded if module.endswith(f".{name}") else getattr(loaded, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_names("sweeper", _LAZY, globals())
 
 
 __all__ = [
