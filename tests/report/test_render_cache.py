@@ -74,11 +74,14 @@ def test_a_rebuild_takes_every_page_from_the_cache_and_writes_the_same_site(
     first, site = _build(root)
     assert first.returncode == 0, first.stderr
     assert _counts(first.stderr) == (0, 2)
-    assert len(list((root / RENDER_CACHE).glob("*.json"))) == 2
+    assert len(list((root / RENDER_CACHE).glob("*.render"))) == 2
+    first_format = root / RENDER_CACHE / f"{'0' * 64}.json"  # a page of the first format
+    first_format.write_text('{"format": 1, "content": "<p>old</p>"}')
     again, warm = _build(root, "site-warm")
     assert again.returncode == 0, again.stderr
     assert _counts(again.stderr) == (2, 0)
     assert _pages(warm) == _pages(site) and len(_pages(site)) >= 3
+    assert not first_format.exists()
     # A page edited is rendered again; the other is not, and the old render is removed.
     other = root / "docs" / "other.md"
     other.write_text(other.read_text() + "\nMore text.\n")
@@ -86,7 +89,7 @@ def test_a_rebuild_takes_every_page_from_the_cache_and_writes_the_same_site(
     assert edited.returncode == 0, edited.stderr
     assert _counts(edited.stderr) == (1, 1)
     assert "More text." in (site / "other" / "index.html").read_text()
-    assert len(list((root / RENDER_CACHE).glob("*.json"))) == 2
+    assert len(list((root / RENDER_CACHE).glob("*.render"))) == 2
 
 
 def test_an_anchor_renamed_under_a_kept_page_still_fails_the_strict_build(
@@ -130,9 +133,34 @@ def test_a_torn_render_is_rendered_again(tmp_path: Path) -> None:
     root = _project(tmp_path)
     first, site = _build(root)
     assert first.returncode == 0
-    for path in (root / RENDER_CACHE).glob("*.json"):
-        path.write_text('{"format": 1, "content": ')
+    kept = sorted((root / RENDER_CACHE).glob("*.render"))
+    assert len(kept) == 2
+    # One cut inside its line of JSON, one cut inside its HTML (the line says how long it is).
+    kept[0].write_bytes(kept[0].read_bytes()[:20])
+    kept[1].write_bytes(kept[1].read_bytes()[:-5])
     again, rebuilt = _build(root, "site-again")
     assert again.returncode == 0, again.stderr
     assert _counts(again.stderr) == (0, 2)
     assert _pages(rebuilt) == _pages(site)
+
+
+def test_a_page_key_tells_apart_parts_that_run_together() -> None:
+    from types import SimpleNamespace
+
+    from sweeper.report.render_cache import page_key
+
+    def page(src: str, dest: str, markdown: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            file=SimpleNamespace(src_uri=src, dest_uri=dest), url="x/", markdown=markdown
+        )
+
+    keys = {
+        page_key(page("ab.md", "c.html", "# T"), "salt"),
+        page_key(page("a", "b.mdc.html", "# T"), "salt"),
+        page_key(page("ab.md", "c.html", "# T "), "salt"),
+        page_key(page("ab.md", "c.html", "# T"), "salt2"),
+    }
+    assert len(keys) == 4
+    assert page_key(page("ab.md", "c.html", "# 标题"), "s") == page_key(
+        page("ab.md", "c.html", "# 标题"), "s"
+    )
