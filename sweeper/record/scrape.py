@@ -197,6 +197,17 @@ def engine_from_series(series: Iterable[Series]) -> str | None:
     return None
 
 
+@dataclass(slots=True)
+class _Page:
+    """One answer to a scrape, not parsed yet: its text, or why there is none."""
+
+    url: str
+    start: int
+    end: int
+    text: str = ""
+    error: str | None = None
+
+
 @dataclass(kw_only=True)
 class Scraper:
     """Scrapes every URL every ``interval_s`` until stopped; each result goes to ``sink``."""
@@ -214,49 +225,82 @@ class Scraper:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def scrape_once(self, url: str) -> MetricSample:
+        return await self._read(await self._fetch(url))
+
+    async def _fetch(self, url: str) -> _Page:
+        """The page as answered, timed by the answer (the page holds the server's state by
+        then; parsing can wait)."""
         start = self.clock()
-        end = None
         try:
             response = await self.client.get(url, timeout=SCRAPE_TIMEOUT_S)
-            end = self.clock()  # the page holds the server's state by now; parsing can wait
-            if response.status_code != httpx.codes.OK:
-                raise ValueError(f"HTTP {response.status_code}")
-            series = await self.parser.parse(response.text, self.keep)
-            error = None
-        except ValueError as exc:
-            series, error = [], str(exc)[:300]
-            self.failures[url] = error
         except httpx.HTTPError as exc:
-            series, error = [], describe_exception(exc)[:300]
-            self.failures[url] = error
-        if end is None:  # no answer
-            end = self.clock()
+            return _Page(url, start, self.clock(), error=describe_exception(exc))
+        end = self.clock()
+        if response.status_code != httpx.codes.OK:
+            return _Page(url, start, end, error=f"HTTP {response.status_code}")
+        return _Page(url, start, end, text=response.text)
+
+    async def _read(self, page: _Page) -> MetricSample:
+        series: list[Series] = []
+        error = page.error
+        if error is None:
+            try:
+                series = await self.parser.parse(page.text, self.keep)
+            except ValueError as exc:
+                error = str(exc)
+        if error is not None:
+            error = error[:300]
+            self.failures[page.url] = error
         self.scrapes += 1
         return MetricSample(
-            t_ns=end - self.origin_ns, url=url, duration_ns=end - start, error=error, series=series
-        )
+            t_ns=page.end - self.origin_ns, url=page.url, duration_ns=page.end - page.start,
+            error=error, series=series,
+        )  # fmt: skip
 
     async def scrape_all(self) -> list[MetricSample]:
-        samples = await asyncio.gather(*(self.scrape_once(u) for u in self.urls))
+        pages = await asyncio.gather(*(self._fetch(u) for u in self.urls))
+        return await self._read_all(pages)
+
+    async def _read_all(self, pages: Iterable[_Page]) -> list[MetricSample]:
+        samples = [await self._read(page) for page in pages]
         for sample in samples:
             self.sink(sample)
-        return list(samples)
+        return samples
 
     async def run(self) -> None:
-        """Scrape on a fixed schedule (not drifting with scrape duration) until :meth:`stop`."""
+        """Scrape on a fixed schedule (not drifting with scrape duration) until :meth:`stop`.
+
+        The pages are parsed in order by a task of their own, so that a parser slowed down (a
+        child process on a machine short of cores) never delays the next scrape: it would leave
+        a short level unseen. Once stopped, every page fetched is parsed and sunk before this
+        returns; cancelled, the pages not yet parsed are dropped with it."""
         loop = asyncio.get_running_loop()
-        next_at = loop.time()
-        while not self._stop.is_set():
-            await self.scrape_all()
-            next_at += self.interval_s
-            if next_at < loop.time():
-                # A slow scrape (a busy server) put us behind: start the schedule again from
-                # now rather than firing the missed scrapes in a burst.
-                next_at = loop.time()
-            delay = next_at - loop.time()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=delay)
-        await self.scrape_all()  # a last one, after the last request
+        pages: asyncio.Queue[list[_Page] | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._read_queue(pages))
+        try:
+            next_at = loop.time()
+            while not self._stop.is_set():
+                if reader.done():
+                    await reader  # it failed (the sink could not write): so does the run
+                pages.put_nowait(await asyncio.gather(*(self._fetch(u) for u in self.urls)))
+                next_at += self.interval_s
+                if next_at < loop.time():
+                    # A slow scrape (a busy server) put us behind: start the schedule again
+                    # from now rather than firing the missed scrapes in a burst.
+                    next_at = loop.time()
+                delay = next_at - loop.time()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=delay)
+            # a last one, after the last request
+            pages.put_nowait(await asyncio.gather(*(self._fetch(u) for u in self.urls)))
+            pages.put_nowait(None)
+            await asyncio.shield(reader)
+        finally:
+            reader.cancel()
+
+    async def _read_queue(self, pages: asyncio.Queue[list[_Page] | None]) -> None:
+        while (batch := await pages.get()) is not None:
+            await self._read_all(batch)
 
     def stop(self) -> None:
         self._stop.set()

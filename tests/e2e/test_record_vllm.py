@@ -210,7 +210,19 @@ def test_metrics_were_scraped_all_along(recorded_default: Recorded) -> None:
             for s in samples
             if s.t_ns - (s.duration_ns or 0) <= level.end_ns and s.t_ns >= level.start_ns
         ]
-        assert inside, f"no scrape during C={level.concurrency}"
+        if not inside:
+            lag = [(lag.concurrency, lag.max_ms) for lag in trace.manifest.client.loop_lag]
+            around = [
+                (round(s.t_ns / 1e9, 2), round((s.duration_ns or 0) / 1e9, 3), s.error)
+                for s in trace.metrics
+                if level.start_ns - 5 * interval_ns <= s.t_ns <= level.end_ns + 5 * interval_ns
+            ]
+            raise AssertionError(
+                f"no scrape during C={level.concurrency} "
+                f"({level.start_ns / 1e9:.2f}-{level.end_ns / 1e9:.2f} s); "
+                f"recorder loop lag max (level, ms) {lag}; scrapes around it "
+                f"(answered s, took s, error): {around}"
+            )
     generated = scraped(samples, "vllm:generation_tokens_total")
     assert generated == sorted(generated)
     assert (
