@@ -66,6 +66,7 @@ NOTEBOOK_EXTENSION = ".ipynb"
 PAGE_CACHE = Path(".cache") / "sweeper" / "pages"
 # Material's search entries per page (sweeper.report.search_index.EntryCache), beside them.
 SEARCH_CACHE = Path(".cache") / "sweeper" / "search-entries.json"
+SEARCH_WORDS = SEARCH_CACHE.with_name("search-words.json")
 # Each Markdown page's render (sweeper.report.render_cache), one file per page.
 RENDER_CACHE = Path(".cache") / "sweeper" / "renders"
 # Each page's HTML, the theme's templates rendered (sweeper.report.html_cache).
@@ -140,6 +141,7 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         search_index.skip_idle_scrub(config.plugins)
         root = Path(config.config_file_path).parent if config.config_file_path else Path.cwd()
         search_index.use_entry_cache(root / SEARCH_CACHE)
+        search_index.remember_cuts(root / SEARCH_WORDS, config.plugins)
         render_cache.use_render_cache(root / RENDER_CACHE, config)
         # Once: mkdocs-static-i18n runs on_config again for each other language, and a script
         # listed twice would answer every click twice (a sort undone at once).
@@ -262,6 +264,8 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         caches = [
             (search_index.active_entry_cache(), "save",
              "sweeper: search entries of %d pages from the cache, %d pages indexed"),
+            (search_index.active_word_cuts(), "save",
+             "sweeper: %d Chinese phrases cut as before, %d cut by jieba"),
             (render_cache.active_render_cache(), "prune",
              "sweeper: %d pages from the render cache, %d rendered"),
             (html, "prune",

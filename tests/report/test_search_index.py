@@ -121,6 +121,29 @@ def test_a_rebuild_takes_every_pages_search_entries_from_the_cache_for_the_same_
     assert differ == []
 
 
+WORD_COUNTS = re.compile(r"sweeper: (\d+) Chinese phrases cut as before, (\d+) cut by jieba")
+
+
+def test_chinese_pages_indexed_again_are_cut_from_the_kept_cuts_into_the_same_index(
+    built_site, readable_traces: Path, tmp_path: Path
+) -> None:
+    """With the search entries gone, every page is parsed again, and every phrase of the
+    Chinese pages was cut before: jieba is not asked, and the index is the same to the byte."""
+    config = built_site.site_dir.parent.parent / "mkdocs.yml"
+    first = WORD_COUNTS.findall(built_site.log)
+    assert first and int(first[-1][0]) == 0 and int(first[-1][1]) > 100, first
+    (config.parent / SEARCH_CACHE).unlink()
+    again = tmp_path / "site"
+    result = mkdocs_build(config, again, readable_traces, built_site.base_url)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _cache_counts(result.stderr)[1] > 50  # parsed again
+    counts = WORD_COUNTS.findall(result.stderr)
+    assert counts and int(counts[-1][1]) == 0 and int(counts[-1][0]) > 100, counts
+    assert "Loading model" not in result.stderr  # jieba's dictionary was never needed
+    index = "search/search_index.json"
+    assert (again / index).read_text() == (built_site.site_dir / index).read_text()
+
+
 def _page(content: str) -> SimpleNamespace:
     return SimpleNamespace(url="runs/a/", title="Run A", meta={}, toc=[], content=content)
 
@@ -215,3 +238,75 @@ def test_the_scrub_runs_only_on_pages_that_hold_a_data_search_attribute(
         type(plugin).on_page_context(plugin, {}, page=theirs, config=config, nav=None)
         assert ours == plugin.search_index.entries and ours  # indexed as Material indexes it
         assert theirs.content == page.content
+
+
+_CUT_IN_A_NEW_PROCESS = """
+import json, sys
+from pathlib import Path
+from material.plugins.search import plugin
+from sweeper.report.search_index import remember_cuts
+words = remember_cuts(Path(sys.argv[1]))
+cut = list(words.cut(sys.argv[2].encode("utf-8")))
+words.save()
+print(json.dumps([cut, words.hits, words.misses, plugin.jieba.jieba.dt.initialized]))
+"""
+
+
+def _cut_in_a_new_process(path: Path, text: str) -> tuple[list[str], int, int, bool]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _CUT_IN_A_NEW_PROCESS, str(path), text],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    cut, hits, misses, loaded = json.loads(done.stdout.splitlines()[-1])
+    return cut, hits, misses, loaded
+
+
+def test_a_phrase_cut_once_is_cut_again_without_loading_jiebas_dictionary(tmp_path: Path) -> None:
+    import jieba
+
+    path = tmp_path / "words.json"
+    phrase = "吞吐与延迟的兑换率"
+    expected = list(jieba.cut(phrase.encode("utf-8")))
+    assert len(expected) > 1
+    assert _cut_in_a_new_process(path, phrase) == (expected, 0, 1, True)
+    assert _cut_in_a_new_process(path, phrase) == (expected, 1, 0, False)
+    # A torn file: cut by jieba again, and written whole.
+    path.write_text(path.read_text(encoding="utf-8")[:20], encoding="utf-8")
+    assert _cut_in_a_new_process(path, phrase) == (expected, 0, 1, True)
+    assert phrase in json.loads(path.read_text(encoding="utf-8"))["cuts"]
+
+
+def test_other_dictionaries_are_not_answered_with_the_cuts_of_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jieba
+    from material.plugins.search import plugin as material_search
+
+    monkeypatch.setattr(material_search, "jieba", jieba)
+    monkeypatch.setattr(search_index, "_WORDS", None)
+    words = search_index.remember_cuts(tmp_path / "words.json")
+    assert words is not None and material_search.jieba is words
+    phrase = "预填充吞吐"
+    plain = list(words.cut(phrase.encode("utf-8")))
+    words.save()
+    assert list(words.cut(phrase.encode("utf-8"))) == plain and words.hits == 1
+    user = tmp_path / "user.txt"
+    user.write_text("预填充吞吐 100000 n\n", encoding="utf-8")
+    salt = words.salt
+    tokenizer = jieba.Tokenizer()  # the user words go into a tokenizer of this test's own
+
+    def load_userdict(name: str) -> None:
+        with open(name, "rb") as fh:  # jieba leaves a file it opens itself open
+            tokenizer.load_userdict(fh)
+
+    monkeypatch.setattr(words, "jieba", SimpleNamespace(
+        __version__=jieba.__version__, dt=tokenizer, load_userdict=load_userdict,
+        cut=tokenizer.cut,
+    ))  # fmt: skip
+    words.load_userdict(str(user))
+    assert words.salt != salt
+    assert list(words.cut(phrase.encode("utf-8"))) == ["预填充吞吐"] != plain
+    assert words.misses == 2
