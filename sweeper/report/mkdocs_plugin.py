@@ -186,7 +186,7 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
         problems logged as warnings."""
         assert self.traces_path is not None
         started = time.perf_counter()
-        pages = site.generate_pages(
+        pages, problems = site.generate_site(
             self.traces_path, root / PAGE_CACHE, directory_urls=config.use_directory_urls
         )
         written = site.write_pages(pages, Path(config.docs_dir))
@@ -199,13 +199,9 @@ class SweeperPlugin(BasePlugin[SweeperPluginConfig]):
             self.traces_path,
         )
         # A warning through MkDocs' logger: `mkdocs build --strict` fails on it (a trace set
-        # left out of the site, findings that failed).
-        for entry in site.load_entries(self.traces_path, root / PAGE_CACHE):
-            for problem in entry.problems():
-                log.warning("sweeper: %s", problem)
-        for folder in site.study_folders(self.traces_path):
-            if site.page_path(f"{site.RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
-                log.warning("sweeper: %s: the study has no page (its summary failed)", folder)
+        # left out of the site, findings that failed, a study without a page).
+        for problem in problems:
+            log.warning("sweeper: %s", problem)
         return pages
 
     @staticmethod

@@ -110,7 +110,7 @@ class RunEntry:
 # (folder, fingerprint) -> entry; lets repeated builds in one process skip unchanged runs.
 _CACHE: dict[Path, tuple[str, RunEntry]] = {}
 # The last whole generation, keyed by every folder's fingerprint (index and comparisons included).
-_LAST: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str]]] = {}
+_LAST: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str], list[str]]] = {}
 # Group and comparison pages by what makes them (sha256 of the page's kind, language, title and
 # its runs' fingerprints); on disk under the page cache's TABLES_DIR too.
 _TABLES: dict[str, str] = {}
@@ -220,9 +220,12 @@ def _write_cached(path: Path, entry: RunEntry) -> None:
         pickle.dump(_slim(entry), fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _lookup(folder: Path, cache_dir: Path | None) -> tuple[str, Path | None, RunEntry | None]:
-    """(fingerprint, the entry's file in the page cache, the cached entry or None)."""
-    fingerprint = _fingerprint(folder)
+def _lookup(
+    folder: Path, cache_dir: Path | None, fingerprint: str | None = None
+) -> tuple[str, Path | None, RunEntry | None]:
+    """(fingerprint, the entry's file in the page cache, the cached entry or None); the
+    fingerprint is computed unless given."""
+    fingerprint = fingerprint or _fingerprint(folder)
     cached = _CACHE.get(folder.resolve())
     if cached is not None and cached[0] == fingerprint:
         return fingerprint, None, cached[1]
@@ -303,38 +306,45 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _render_all(folders: list[Path], cache_dir: Path | None) -> None:
-    """Render the trace sets no cache holds, in ``render_jobs()`` processes when there are
-    enough of them (forked: the modules are already imported)."""
+def _render_all(
+    folders: list[Path], cache_dir: Path | None, fingerprints: Mapping[Path, str] | None = None
+) -> dict[Path, RunEntry]:
+    """Every folder's entry: from the caches, or rendered, in ``render_jobs()`` processes when
+    enough need it (forked: the modules are already imported). ``fingerprints``: the folders'
+    own, where the caller has them."""
+    found: dict[Path, RunEntry] = {}
     todo = []
     with collector_paused():
         for folder in folders:
-            fingerprint, disk, entry = _lookup(folder, cache_dir)
+            given = fingerprints.get(folder) if fingerprints is not None else None
+            fingerprint, disk, entry = _lookup(folder, cache_dir, given)
             if entry is None:
                 todo.append((folder, fingerprint, disk))
             else:
                 _CACHE[folder.resolve()] = (fingerprint, entry)
+                found[folder] = entry
     jobs = min(render_jobs(), len(todo))
     # Forked only from a process without other threads (under `mkdocs serve` its server and
     # watcher run: a fork there could copy a lock another thread holds).
     forkable = "fork" in mp.get_all_start_methods() and threading.active_count() == 1
     if jobs < 2 or len(todo) < PARALLEL_FROM or not forkable:
         for folder, fingerprint, disk in todo:
-            _keep(folder, fingerprint, disk, _render_entry(folder))
-        return
+            found[folder] = _keep(folder, fingerprint, disk, _render_entry(folder))
+        return found
     log.info("sweeper: rendering %d trace sets in %d processes", len(todo), jobs)
     pool = mp.get_context("fork").Pool(jobs, initializer=_render_worker_start)
     try:
         entries = pool.imap(_render_slim, [f for f, _, _ in todo], chunksize=1)
         with collector_paused():  # the workers are forked: only this process's is paused
             for (folder, fingerprint, disk), entry in zip(todo, entries, strict=True):
-                _keep(folder, fingerprint, disk, entry)
+                found[folder] = _keep(folder, fingerprint, disk, entry)
         pool.close()
     except BaseException:
         pool.terminate()  # Ctrl-C or an error: the workers stop now, not after the queue
         raise
     finally:
         pool.join()
+    return found
 
 
 def _render_entry(folder: Path) -> RunEntry:
@@ -361,12 +371,12 @@ def load_entries(traces_dir: Path, cache_dir: Path | None = None) -> list[RunEnt
     return _load_entries(candidate_folders(traces_dir), cache_dir)
 
 
-def _load_entries(folders: list[Path], cache_dir: Path | None) -> list[RunEntry]:
+def _load_entries(
+    folders: list[Path], cache_dir: Path | None, fingerprints: Mapping[Path, str] | None = None
+) -> list[RunEntry]:
     refused = duplicate_run_ids(folders)  # a second folder of one run id: left out, both named
-    _render_all([f for f in folders if f not in refused], cache_dir)
-    return [
-        RunEntry(f, error=refused[f]) if f in refused else load_entry(f, cache_dir) for f in folders
-    ]
+    found = _render_all([f for f in folders if f not in refused], cache_dir, fingerprints)
+    return [RunEntry(f, error=refused[f]) if f in refused else found[f] for f in folders]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -953,14 +963,33 @@ def generate_pages(
 ) -> dict[str, str]:
     """Every generated page: relative path (under the docs folder) -> Markdown.
     ``directory_urls``: the site's ``use_directory_urls`` (the runs tables' links are URLs)."""
-    pages = _generate_pages(traces_dir, cache_dir)
+    return generate_site(traces_dir, cache_dir, directory_urls=directory_urls)[0]
+
+
+def generate_site(
+    traces_dir: Path, cache_dir: Path | None = None, *, directory_urls: bool = True
+) -> tuple[dict[str, str], list[str]]:
+    """:func:`generate_pages`, and what a strict build of them fails on, in the words both
+    engines' builds log (:func:`strict_problems`)."""
+    pages, problems = _generate_pages(traces_dir, cache_dir)
     if not directory_urls:
         tables = (f"{RUNS_DIR}/index.", f"{GROUPS_DIR}/")
         pages = {p: file_urls(t) if p.startswith(tables) else t for p, t in pages.items()}
-    return pages
+    return pages, strict_problems(traces_dir, pages, problems)
 
 
-def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> dict[str, str]:
+def strict_problems(
+    traces_dir: Path, pages: Mapping[str, str], entry_problems: Iterable[str]
+) -> list[str]:
+    """The trace sets' problems (:meth:`RunEntry.problems`), and each study without a page."""
+    problems = list(entry_problems)
+    for folder in study_folders(traces_dir):
+        if page_path(f"{RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
+            problems.append(f"{folder}: the study has no page (its summary failed)")
+    return problems
+
+
+def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> tuple[dict[str, str], list[str]]:
     folders = candidate_folders(traces_dir)
     prints = [_fingerprint(f) for f in folders]
     key = (
@@ -969,8 +998,9 @@ def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> dict[str, str]:
     )
     last = _LAST.get(str(traces_dir.resolve()))
     if last is not None and last[0] == key:
-        return dict(last[1])
-    entries = _load_entries(folders, cache_dir)
+        return dict(last[1]), list(last[2])
+    entries = _load_entries(folders, cache_dir, dict(zip(folders, prints, strict=True)))
+    problems = [problem for entry in entries for problem in entry.problems()]
     runs = [e.run for e in entries if e.run is not None]
     studies, counts = study_pages(traces_dir, {r.run_id for r in runs})
     pages: dict[str, str] = {}
@@ -1005,8 +1035,8 @@ def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> dict[str, str]:
                 "compare", lang, (model,), members, partial(render_comparison, model, members, lang)
             )
     tables.prune()
-    _LAST[str(traces_dir.resolve())] = (key, dict(pages))
-    return pages
+    _LAST[str(traces_dir.resolve())] = (key, dict(pages), problems)
+    return pages, problems
 
 
 def generated_nav(pages: Mapping[str, str]) -> list[str]:
@@ -1107,10 +1137,12 @@ __all__ = [
     "build_pages",
     "check_traces_dir",
     "generate_pages",
+    "generate_site",
     "generated_nav",
     "markdown_file_links",
     "render_comparison",
     "render_index",
+    "strict_problems",
     "study_folders",
     "study_pages",
     "with_study_link",

@@ -31,9 +31,9 @@ swapped in by renames, so an interrupted build leaves the site before in place.
 
 What this does not do (Zensical 0.0.x has no equivalent; see docs/site.md): mike's version
 selector, ``zensical serve`` regenerating the pages when a trace set lands. The ``--strict``
-checks of the sweeper plugin are :func:`build`'s own (``strict=True``, :func:`strict_problems`:
-a trace set left out of the site, a study without a page; and a notebook that fails), with
-``zensical build --strict`` for the links.
+checks of the sweeper plugin are :func:`build`'s own (``strict=True``, the plugin's own
+:func:`sweeper.report.site.strict_problems`: a trace set left out of the site, a study without
+a page; and a notebook that fails), with ``zensical build --strict`` for the links.
 """
 
 from __future__ import annotations
@@ -394,22 +394,6 @@ def _js(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def strict_problems(traces_dir: Path, cache_dir: Path, pages: Mapping[str, str]) -> list[str]:
-    """The problems the sweeper MkDocs plugin warns of (``mkdocs build --strict`` fails on
-    them), in the same words: a trace set left out of the site or findings that failed, a study
-    without a page. (A copy of the plugin's checks in ``on_config``: they are to become one
-    function of :mod:`sweeper.report.site` for both builds.)"""
-    problems = [
-        problem
-        for entry in site.load_entries(traces_dir, cache_dir)
-        for problem in entry.problems()
-    ]
-    for folder in site.study_folders(traces_dir):
-        if site.page_path(f"{site.RUNS_DIR}/{folder.name}/index.md", "en") not in pages:
-            problems.append(f"{folder}: the study has no page (its summary failed)")
-    return problems
-
-
 def prepare(
     work_dir: Path,
     *,
@@ -423,12 +407,11 @@ def prepare(
     config = read_config(config_file)
     project = config_file.resolve().parent
     docs_dir = project / str(config.get("docs_dir", "docs"))
-    pages = site.generate_pages(
+    pages, problems = site.generate_site(
         traces_dir,
         project / PAGE_CACHE,
         directory_urls=bool(config.get("use_directory_urls", True)),
     )
-    problems = strict_problems(traces_dir, project / PAGE_CACHE, pages)
     files = _docs_files(docs_dir)
     try:
         notebooks = notebook_pages(docs_dir, project / NOTEBOOK_CACHE)
@@ -635,7 +618,7 @@ def build(
     """Build the site with Zensical into ``out_dir`` (English) and ``out_dir/zh/`` (Chinese);
     returns ``out_dir``. Raises :class:`SweeperError` when Zensical fails; with ``strict``, also
     on a warning of Zensical's (``zensical build --strict``: a link to a missing page) and on
-    what :func:`strict_problems` finds (the site is built all the same)."""
+    what :func:`sweeper.report.site.strict_problems` finds (the site is built all the same)."""
     return build_site(
         out_dir,
         traces_dir=traces_dir,
