@@ -48,11 +48,18 @@ from mkdocs.structure.pages import Page
 from mkdocs.structure.toc import AnchorLink, TableOfContents
 from mkdocs.theme import Theme
 
-from sweeper.report.render_cache import _listening, keep_file, prune_folder, salt_of
+from sweeper.report.render_cache import (
+    RENDERED_ATTR,
+    _listening,
+    keep_file,
+    prune_folder,
+    rendered_as,
+    salt_of,
+)
 
 log = logging.getLogger("mkdocs.plugins.sweeper")
 
-HTML_CACHE_FORMAT = 1
+HTML_CACHE_FORMAT = 2
 # Read by MkDocs' sitemap.xml only: left out of the key when no page template mentions them.
 _SITEMAP_NAMES = ("pages", "build_date_utc", "update_date")
 
@@ -140,6 +147,7 @@ _PAGE_OWN = frozenset(
     {
         "file", "parent", "children", "previous_page", "next_page", "markdown", "content",
         "toc", "present_anchor_ids", "links_to_anchors", "update_date", "_title_from_render",
+        RENDERED_ATTR,
     }
 )  # fmt: skip
 
@@ -150,15 +158,18 @@ def _page_sig(page: Any, sitemap_only: frozenset[str]) -> Any:
         "file": [page.file.src_uri, page.file.dest_uri, page.file.url],
         "title": page.title,
         "url": page.url,
-        # The page's largest strings by their hashes (cheaper than escaping them into JSON).
-        "content": None if page.content is None else _sha256(page.content),
-        "markdown": None if page.markdown is None else _sha256(page.markdown),
+        # The page's largest strings by the name of the render that made one from the other,
+        # or by their hashes (cheaper than escaping them into JSON).
+        "render": rendered_as(page),
         "toc": _sig(page.toc, stack),
         "is_homepage": page.is_homepage,
         "previous": _sig(page.previous_page, stack),
         "next": _sig(page.next_page, stack),
         "ancestors": _sig(list(page.ancestors), stack),
     }
+    if what["render"] is None:
+        what["content"] = None if page.content is None else _sha256(page.content)
+        what["markdown"] = None if page.markdown is None else _sha256(page.markdown)
     if "update_date" not in sitemap_only:
         what["update_date"] = page.update_date
     for name, value in sorted(vars(page).items()):

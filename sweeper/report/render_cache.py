@@ -293,6 +293,7 @@ def use_render_cache(folder: Path, config: Any) -> bool:
             kept = cache.get(key)
             if kept is not None and _restore(self, kept, config, files):
                 cache.hits += 1
+                _name_render(self, key, kept["links"])
                 return
             cache.misses += 1
             links: list[tuple[str, str]] = []
@@ -304,6 +305,7 @@ def use_render_cache(folder: Path, config: Any) -> bool:
                 _RESOLVING = None
             if said.said:  # said again by every build: not kept
                 return
+            _name_render(self, key, links)
             cache.put(
                 key,
                 {
@@ -326,3 +328,31 @@ def use_render_cache(folder: Path, config: Any) -> bool:
 
 def active_render_cache() -> RenderCache | None:
     return _ACTIVE
+
+
+# The attribute of a page that names its render (:func:`rendered_as`).
+RENDERED_ATTR = "_sweeper_rendered"
+
+
+def _name_render(page: Any, key: str, links: list[Any]) -> None:
+    """A page's render is a function of its key (the config, the page and its Markdown) and of
+    how its links resolved: the sha256 of both names it, while the page still holds the content
+    and Markdown of that render."""
+    name = hashlib.sha256(
+        json.dumps([key, links], ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", errors="surrogatepass"
+        )
+    ).hexdigest()
+    setattr(page, RENDERED_ATTR, (name, page.content, page.markdown))
+
+
+def rendered_as(page: Any) -> str | None:
+    """The name of the render that made ``page.content`` from ``page.markdown`` in this build
+    (kept, or rendered without a word said), while the page holds both as they came out of it
+    (a plugin that changed either since gets None); the theme's HTML cache keys a page by it
+    instead of hashing the page's HTML and Markdown again."""
+    held = vars(page).get(RENDERED_ATTR)
+    if held is None:
+        return None
+    name, content, markdown = held
+    return name if page.content is content and page.markdown is markdown else None

@@ -143,3 +143,67 @@ def test_the_sitemap_only_names_are_left_out_for_material_and_kept_when_a_page_t
     assert left_out == {"pages", "update_date"}
     (overrides / "main.html").write_text("{{ page.title }}")
     assert html_cache.theme_signature(Theme(name="material", custom_dir=str(overrides)))[0] != salt
+
+
+# A build with a plugin of the test's own (none is installed under an entry point): it adds
+# what mark.txt holds to every page's HTML after the render.
+MARKED_BUILD = """
+import logging, sys
+from pathlib import Path
+from mkdocs.commands.build import build
+from mkdocs.config import load_config
+from mkdocs.plugins import BasePlugin
+
+class Marker(BasePlugin):
+    def on_page_content(self, html, page, config, files):
+        return html + Path(sys.argv[1]).with_name("mark.txt").read_text()
+
+logging.basicConfig(level=logging.INFO)
+config = load_config(sys.argv[1], site_dir=sys.argv[2])
+config.plugins["marker"] = Marker()
+config.plugins.on_startup(command="build", dirty=False)
+build(config)
+"""
+
+
+def _marked_build(root: Path) -> tuple[str, Path]:
+    result = subprocess.run(
+        [sys.executable, "-c", MARKED_BUILD, str(root / "mkdocs.yml"), str(root / "site")],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "1800000000", "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr, root / "site"
+
+
+def test_html_changed_after_its_render_is_not_answered_from_the_cache(tmp_path: Path) -> None:
+    """A page is keyed by the name of its render while it holds that render's HTML; a plugin
+    that adds to the HTML afterwards (the render itself from the render cache) makes the page
+    keyed by its HTML again, and what the plugin added shows."""
+    root = _project(tmp_path)
+    (root / "mark.txt").write_text('<p class="marked">one</p>')
+    log, site = _marked_build(root)
+    assert _counts(log) == (0, 3)
+    (root / "mark.txt").write_text('<p class="marked">two</p>')
+    log, site = _marked_build(root)
+    assert "3 pages from the render cache, 0 rendered" in log
+    assert _counts(log) == (0, 3)
+    assert '<p class="marked">two</p>' in (site / "other" / "index.html").read_text()
+    log, _ = _marked_build(root)
+    assert _counts(log) == (3, 0)
+
+
+def test_a_page_is_named_by_its_render_while_it_holds_what_the_render_made() -> None:
+    from types import SimpleNamespace
+
+    from sweeper.report import render_cache
+
+    page = SimpleNamespace(markdown="# A\n", content="<h1>A</h1>")
+    render_cache._name_render(page, "key", [["b.md", "b/"]])
+    name = render_cache.rendered_as(page)
+    assert name is not None and len(name) == 64
+    other = SimpleNamespace(markdown=page.markdown, content=page.content)
+    render_cache._name_render(other, "key", [["b.md", "../b/"]])
+    assert render_cache.rendered_as(other) not in (None, name)  # its links resolved otherwise
+    page.content = "<h1>A</h1><p>added</p>"
+    assert render_cache.rendered_as(page) is None
