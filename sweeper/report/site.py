@@ -107,7 +107,8 @@ class RunEntry:
         return [f"{self.folder}: findings failed: {error}" for error in errors]
 
 
-# (folder, fingerprint) -> entry; lets repeated builds in one process skip unchanged runs.
+# (the folder as an absolute path, fingerprint) -> entry; lets repeated builds in one process skip
+# unchanged runs.
 _CACHE: dict[Path, tuple[str, RunEntry]] = {}
 # The last whole generation, keyed by every folder's fingerprint (index and comparisons included).
 _LAST: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, str], list[str]]] = {}
@@ -226,7 +227,7 @@ def _lookup(
     """(fingerprint, the entry's file in the page cache, the cached entry or None); the
     fingerprint is computed unless given."""
     fingerprint = fingerprint or _fingerprint(folder)
-    cached = _CACHE.get(folder.resolve())
+    cached = _CACHE.get(folder.absolute())
     if cached is not None and cached[0] == fingerprint:
         return fingerprint, None, cached[1]
     disk = cache_dir / f"{folder.name}.{fingerprint[:20]}.pickle" if cache_dir is not None else None
@@ -240,7 +241,7 @@ def _keep(folder: Path, fingerprint: str, disk: Path | None, entry: RunEntry) ->
     if disk is not None and entry.run is not None:
         _write_cached(disk, entry)
     slim = _slim(entry)
-    _CACHE[folder.resolve()] = (fingerprint, slim)
+    _CACHE[folder.absolute()] = (fingerprint, slim)
     return slim
 
 
@@ -248,7 +249,7 @@ def load_entry(folder: Path, cache_dir: Path | None = None) -> RunEntry:
     """Read one trace set and render its pages; a failure becomes an entry with the error."""
     fingerprint, disk, entry = _lookup(folder, cache_dir)
     if entry is not None:
-        _CACHE[folder.resolve()] = (fingerprint, entry)
+        _CACHE[folder.absolute()] = (fingerprint, entry)
         return entry
     return _keep(folder, fingerprint, disk, _render_entry(folder))
 
@@ -321,7 +322,7 @@ def _render_all(
             if entry is None:
                 todo.append((folder, fingerprint, disk))
             else:
-                _CACHE[folder.resolve()] = (fingerprint, entry)
+                _CACHE[folder.absolute()] = (fingerprint, entry)
                 found[folder] = entry
     jobs = min(render_jobs(), len(todo))
     # Forked only from a process without other threads (under `mkdocs serve` its server and
@@ -993,7 +994,7 @@ def _generate_pages(traces_dir: Path, cache_dir: Path | None) -> tuple[dict[str,
     folders = candidate_folders(traces_dir)
     prints = [_fingerprint(f) for f in folders]
     key = (
-        *((str(f.resolve()), fp) for f, fp in zip(folders, prints, strict=True)),
+        *((str(f.absolute()), fp) for f, fp in zip(folders, prints, strict=True)),
         *_studies_key(traces_dir),
     )
     last = _LAST.get(str(traces_dir.resolve()))

@@ -377,7 +377,7 @@ site._render_slim = probe
 folders = sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir())
 gc.disable()  # as the MkDocs plugin leaves it while it generates
 site._render_all(folders, None)
-workers = sorted({site._CACHE[f.resolve()][1].error for f in folders})
+workers = sorted({site._CACHE[f.absolute()][1].error for f in folders})
 after_render = gc.isenabled()
 gc.enable()
 site._CACHE.clear()
