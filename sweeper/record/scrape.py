@@ -224,9 +224,6 @@ class Scraper:
     failures: dict[str, str] = field(default_factory=dict)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def scrape_once(self, url: str) -> MetricSample:
-        return await self._read(await self._fetch(url))
-
     async def _fetch(self, url: str) -> _Page:
         """The page as answered, timed by the answer (the page holds the server's state by
         then; parsing can wait)."""
@@ -258,8 +255,10 @@ class Scraper:
         )  # fmt: skip
 
     async def scrape_all(self) -> list[MetricSample]:
-        pages = await asyncio.gather(*(self._fetch(u) for u in self.urls))
-        return await self._read_all(pages)
+        return await self._read_all(await self._fetch_all())
+
+    async def _fetch_all(self) -> list[_Page]:
+        return await asyncio.gather(*(self._fetch(u) for u in self.urls))
 
     async def _read_all(self, pages: Iterable[_Page]) -> list[MetricSample]:
         samples = [await self._read(page) for page in pages]
@@ -282,7 +281,7 @@ class Scraper:
             while not self._stop.is_set():
                 if reader.done():
                     await reader  # it failed (the sink could not write): so does the run
-                pages.put_nowait(await asyncio.gather(*(self._fetch(u) for u in self.urls)))
+                pages.put_nowait(await self._fetch_all())
                 next_at += self.interval_s
                 if next_at < loop.time():
                     # A slow scrape (a busy server) put us behind: start the schedule again
@@ -292,7 +291,7 @@ class Scraper:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), timeout=delay)
             # a last one, after the last request
-            pages.put_nowait(await asyncio.gather(*(self._fetch(u) for u in self.urls)))
+            pages.put_nowait(await self._fetch_all())
             pages.put_nowait(None)
             await asyncio.shield(reader)
         finally:

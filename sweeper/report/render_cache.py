@@ -195,9 +195,10 @@ class RenderCache:
         return prune_folder(self.folder, ".render", self.used, stale=(".json",))
 
 
-def keep_file(path: Path, text: str | bytes, what: str) -> None:
+def keep_file(path: Path, text: str | bytes, what: str) -> bool:
     """Writes one cache file atomically (a build killed while writing leaves no torn file);
-    a folder that cannot be written (read-only, full) only means the page is not kept."""
+    a folder that cannot be written (read-only, full) only means the page is not kept
+    (False)."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,9 +206,11 @@ def keep_file(path: Path, text: str | bytes, what: str) -> None:
         os.replace(temp, path)
     except (OSError, UnicodeEncodeError) as exc:  # the site is built anyway
         log.debug("sweeper: the %s of %s was not kept (%s)", what, path.name, exc)
+        return False
     finally:
         with contextlib.suppress(OSError):
             temp.unlink(missing_ok=True)
+    return True
 
 
 def prune_folder(folder: Path, suffix: str, used: set[str], stale: tuple[str, ...] = ()) -> int:

@@ -13,7 +13,6 @@ sweeper plugin puts it in the i18n plugin's place (:func:`install`).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
@@ -23,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from sweeper.report.render_cache import keep_file
 
 Entry = dict[str, Any]
 
@@ -400,18 +401,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _write_json(path: Path, data: Any, what: str) -> bool:
-    """``data`` into ``path`` atomically (a build killed while writing leaves the old file);
-    False where it cannot be written (a read-only project, a full disk: the site is built
-    anyway)."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), "utf-8")
-        os.replace(temp, path)
-    except OSError as exc:
-        log.info("sweeper: the %s %s were not written (%s)", what, path, exc)
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            temp.unlink(missing_ok=True)
-    return True
+    """``data`` into ``path`` atomically; False where it cannot be written (a read-only
+    project, a full disk: the site is built anyway)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return keep_file(path, text, what)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -119,18 +121,25 @@ class _SlowParser(MetricsParser):
         return parse_metrics(text, keep)
 
 
+def _slow_scraper(
+    client: httpx.AsyncClient,
+    server: ServerThread,
+    sink: Callable[[MetricSample], None],
+    **options: Any,
+) -> Scraper:
+    """A scraper of the test server's metrics whose parser takes 300 ms a page."""
+    return Scraper(
+        client=client, urls=[f"{server.base_url}/metrics"], sink=sink, origin_ns=0,
+        parser=_SlowParser(), **options,
+    )  # fmt: skip
+
+
 async def test_a_scrape_is_timed_by_the_answer_not_by_the_parsing(server: ServerThread) -> None:
     """The page holds the server's state when it arrives; a parser that takes its time must not
     move the sample later (it would fall into the next level)."""
     samples: list[MetricSample] = []
     async with httpx.AsyncClient() as client:
-        scraper = Scraper(
-            client=client,
-            urls=[f"{server.base_url}/metrics"],
-            sink=samples.append,
-            origin_ns=0,
-            parser=_SlowParser(),
-        )
+        scraper = _slow_scraper(client, server, samples.append)
         before = default_clock()
         (sample,) = await scraper.scrape_all()
         after = default_clock()
@@ -147,14 +156,7 @@ async def test_a_slow_parser_does_not_hold_back_the_next_scrape(server: ServerTh
     page fetched is still parsed, in order, once the scraper stops."""
     samples: list[MetricSample] = []
     async with httpx.AsyncClient() as client:
-        scraper = Scraper(
-            client=client,
-            urls=[f"{server.base_url}/metrics"],
-            sink=samples.append,
-            origin_ns=0,
-            parser=_SlowParser(),
-            interval_s=0.1,
-        )
+        scraper = _slow_scraper(client, server, samples.append, interval_s=0.1)
         task = asyncio.create_task(scraper.run())
         await asyncio.sleep(1.0)
         scraper.stop()
@@ -178,13 +180,6 @@ async def test_a_failing_sink_stops_the_scraper(server: ServerThread) -> None:
         raise OSError(28, "No space left on device")
 
     async with httpx.AsyncClient() as client:
-        scraper = Scraper(
-            client=client,
-            urls=[f"{server.base_url}/metrics"],
-            sink=sink,
-            origin_ns=0,
-            parser=_SlowParser(),
-            interval_s=0.05,
-        )
+        scraper = _slow_scraper(client, server, sink, interval_s=0.05)
         with pytest.raises(OSError, match="No space left"):
             await asyncio.wait_for(scraper.run(), timeout=5)
